@@ -1,0 +1,47 @@
+"""The Database protocol: every backend (SQLite, PostgreSQL) behaves identically.
+
+Queries that return records *for use* (best, top_k) always filter by task key, target
+key, hardware key and compatible versions; listing queries may return anything.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Protocol
+
+from .record import Record
+
+
+class Database(Protocol):
+    url: str  # with any password masked
+
+    def register_task(self, task_json: dict) -> None:
+        """Remember a workload instance (workload name, args, key, FLOPs, arg specs)."""
+
+    def add_records(self, records: Iterable[Record]) -> list[int | None]:
+        """Commit records atomically; the id of each, or None for a duplicate of
+        (task, target, hardware, versions, candidate)."""
+
+    def measured_keys(self, task_key: str, target_key: str, hardware_key: str,
+                      versions: dict) -> set[str]:
+        """Candidate keys already measured (or failed) here: never measured again."""
+
+    def best(self, task_key: str, target_key: str, hardware_key: str,
+             versions: dict) -> Record | None:
+        """The fastest correct record usable on this target, machine and versions."""
+
+    def top_k(self, task_key: str, target_key: str, hardware_key: str, versions: dict,
+              k: int) -> list[Record]:
+        """The k fastest correct usable records, fastest first (the search's warm start)."""
+
+    def records(self, *, task_key: str | None = None, target_key: str | None = None,
+                hardware_key: str | None = None, ok_only: bool = False,
+                limit: int | None = None) -> list[Record]:
+        """Records matching the filters, in insertion order (for training and listing)."""
+
+    def tasks(self) -> list[dict]:
+        """Every registered workload instance."""
+
+    def stats(self) -> dict:
+        """Counts per task/target: records, ok, failures by kind, best latency."""
+
+    def close(self) -> None:
+        ...

@@ -1,0 +1,13 @@
+"""Errors that reach the user.
+
+A `UserError` is bad input: the CLI prints its message on one line and exits 2.
+Anything else is a bug or an environment failure and exits 1.
+"""
+
+
+class UserError(Exception):
+    """Bad input from the user (file, argument, URL, target): exit code 2."""
+
+
+class BudgetExhausted(Exception):
+    """Raised by components that can no longer make progress (e.g. no RPC server left)."""

@@ -1,0 +1,150 @@
+"""Targets: what the user types (`llvm`, `cuda`, a JSON dict) -> a TVM target config
+plus the hardware fingerprint that goes with every record.
+
+A record is only ever applied to the same target config and the same hardware
+fingerprint (see `db/`), so both are canonical JSON with sorted keys.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .errors import UserError
+
+DEFAULT_CUDA_ARCH = "sm_90"
+KNOWN_KINDS = ("llvm", "cuda")
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A resolved target: TVM config, hardware fingerprint, and whether it is local."""
+
+    kind: str
+    config: dict
+    fingerprint: dict
+    has_local_device: bool
+
+    @property
+    def key(self) -> str:
+        """Canonical JSON of the target config; records match on this exactly."""
+        return json.dumps(self.config, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def hardware_key(self) -> str:
+        blob = json.dumps(self.fingerprint, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def tvm(self):
+        import tvm
+
+        return tvm.target.Target(self.config)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "config": self.config, "fingerprint": self.fingerprint}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _num_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+@lru_cache(maxsize=1)
+def _llvm_cpu() -> str:
+    from tvm.target import codegen
+
+    return str(codegen.llvm_get_system_cpu())
+
+
+def cpu_fingerprint(mcpu: str) -> dict:
+    return {"device": "cpu", "model": _cpu_model(), "mcpu": mcpu, "cores": _num_cores(),
+            "machine": platform.machine()}
+
+
+@lru_cache(maxsize=1)
+def local_gpu() -> dict | None:
+    """Name, architecture and SM count of GPU 0, or None when there is none."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True).stdout.strip().splitlines()
+    except (subprocess.SubprocessError, OSError):
+        return None
+    if not out:
+        return None
+    name, cap, driver = (x.strip() for x in out[0].split(","))
+    info = {"name": name, "arch": "sm_" + cap.replace(".", ""), "driver": driver}
+    try:  # SM count is not in nvidia-smi's query set; torch knows it when installed
+        import torch
+
+        if torch.cuda.is_available():
+            info["sm_count"] = torch.cuda.get_device_properties(0).multi_processor_count
+    except ImportError:
+        pass
+    return info
+
+
+def _cuda_config(arch: str) -> dict:
+    return {"kind": "cuda", "arch": arch, "max_num_threads": 1024, "thread_warp_size": 32,
+            "max_shared_memory_per_block": 49152}
+
+
+def _resolve_cuda(config: dict | None) -> TargetSpec:
+    gpu = local_gpu()
+    cfg = _cuda_config(gpu["arch"] if gpu else DEFAULT_CUDA_ARCH)
+    if config:
+        cfg.update(config)
+    if gpu:
+        fp = {"device": "gpu", **gpu}
+    else:
+        fp = {"device": "gpu", "name": "none (no local GPU)", "arch": cfg["arch"]}
+    return TargetSpec("cuda", cfg, fp, gpu is not None)
+
+
+def _resolve_llvm(config: dict | None) -> TargetSpec:
+    cfg = {"kind": "llvm", "mcpu": _llvm_cpu(), "num-cores": _num_cores()}
+    if config:
+        cfg.update(config)
+    return TargetSpec("llvm", cfg, cpu_fingerprint(cfg.get("mcpu", "generic")), True)
+
+
+def resolve_target(text: str) -> TargetSpec:
+    """`llvm` (this CPU), `cuda` (the local GPU, else sm_90), or a JSON dict."""
+    text = (text or "").strip()
+    if text.startswith("{"):
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UserError(f"--target: invalid JSON ({e.msg})") from None
+        kind = config.get("kind") if isinstance(config, dict) else None
+    else:
+        kind, config = text, None
+    if kind not in KNOWN_KINDS:
+        raise UserError(f"unknown target {text!r}; use one of {', '.join(KNOWN_KINDS)} "
+                        "or a JSON dict with a 'kind'")
+    spec = _resolve_llvm(config) if kind == "llvm" else _resolve_cuda(config)
+    try:
+        spec.tvm()
+    except Exception as e:  # TVM rejects an attribute of the dict
+        raise UserError(f"--target: TVM rejects {spec.config}: {str(e).splitlines()[0]}") from None
+    return spec

@@ -1,0 +1,202 @@
+"""Op files and workloads.
+
+An op file is plain Python. Functions decorated with `@autosched.workload` take shape
+parameters with defaults and return TE tensors, inputs first, outputs last. The file is
+executed in its own namespace; the decorator only marks functions (no global registry),
+and `load_op_file` collects the marked ones.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import runpy
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import UserError
+from .task import Task, TensorSpec
+
+_MARK = "__autosched_workload__"
+
+
+@dataclass(frozen=True)
+class WorkloadDef:
+    """A workload function, its parameters with defaults, and optional metadata."""
+
+    name: str
+    func: Callable
+    params: dict[str, Any]
+    variants: tuple[dict, ...] = ()
+    meta: dict = field(default_factory=dict)
+
+
+def workload(func: Callable | None = None, *, name: str | None = None,
+             variants: list[dict] | None = None, **meta):
+    """Mark a function as an autosched workload.
+
+    `variants` lists several argument sets (shape variants) that `tune` and `export`
+    instantiate when the user gives no `--arg`. Extra keyword arguments (for example
+    `backward=...`) are kept as metadata for the torch integration.
+    """
+
+    def mark(f: Callable) -> Callable:
+        setattr(f, _MARK, {"name": name or f.__name__, "variants": tuple(variants or ()),
+                           "meta": dict(meta)})
+        return f
+
+    return mark(func) if func is not None else mark
+
+
+def _definition(obj: Callable) -> WorkloadDef:
+    mark = getattr(obj, _MARK)
+    params = {}
+    for p in inspect.signature(obj).parameters.values():
+        if p.default is inspect.Parameter.empty:
+            raise UserError(f"workload '{mark['name']}': parameter '{p.name}' needs a default")
+        params[p.name] = p.default
+    return WorkloadDef(mark["name"], obj, params, mark["variants"], mark["meta"])
+
+
+def load_op_file(path: str) -> dict[str, WorkloadDef]:
+    """Execute an op file in its own namespace and return its workloads by name."""
+    if not os.path.isfile(path):
+        raise UserError(f"op file not found: {path}")
+    try:
+        namespace = runpy.run_path(path, run_name=f"autosched_op_{abs(hash(path))}")
+    except SyntaxError as e:
+        raise UserError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
+    except UserError:
+        raise
+    except Exception as e:  # the user's file raised while loading
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        raise UserError(f"{path}: error while loading (line {frame.lineno}): "
+                        f"{type(e).__name__}: {e}") from None
+    found = {}
+    for obj in namespace.values():
+        if callable(obj) and hasattr(obj, _MARK):
+            d = _definition(obj)
+            found[d.name] = d
+    if not found:
+        raise UserError(f"{path}: no @autosched.workload function found")
+    return found
+
+
+def select_workloads(defs: dict[str, WorkloadDef], names: list[str] | None) -> list[WorkloadDef]:
+    """The workloads named by `--workload` (all of them when none is named)."""
+    if not names:
+        return list(defs.values())
+    missing = [n for n in names if n not in defs]
+    if missing:
+        raise UserError(f"unknown workload {missing[0]!r}; the op file has: "
+                        f"{', '.join(sorted(defs))}")
+    return [defs[n] for n in names]
+
+
+def _parse_value(text: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        if text.lower() in ("1", "true", "yes"):
+            return True
+        if text.lower() in ("0", "false", "no"):
+            return False
+        raise ValueError(text)
+    if isinstance(default, int):
+        return int(text)
+    if isinstance(default, float):
+        return float(text)
+    return text
+
+
+def parse_arg_overrides(items: list[str] | None) -> list[tuple[str, str]]:
+    """`--arg K=V` strings -> (K, V) pairs, in order; a key may repeat (shape variants)."""
+    pairs = []
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--arg expects K=V, got {item!r}")
+        pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def argument_sets(wdef: WorkloadDef, overrides: list[tuple[str, str]]) -> list[dict]:
+    """All argument sets to instantiate: the cross product of repeated `--arg` values
+    over the defaults, or the workload's declared variants when no override is given."""
+    relevant = [(k, v) for k, v in overrides if k in wdef.params]
+    if not relevant:
+        bases = [dict(wdef.params, **v) for v in wdef.variants] or [dict(wdef.params)]
+        return bases
+    values: dict[str, list] = {}
+    for key, text in relevant:
+        try:
+            values.setdefault(key, []).append(_parse_value(text, wdef.params[key]))
+        except ValueError:
+            raise UserError(f"--arg {key}={text}: expected a value like "
+                            f"{wdef.params[key]!r}") from None
+    sets = [dict(wdef.params)]
+    for key, vals in values.items():
+        sets = [dict(s, **{key: v}) for s in sets for v in vals]
+    return sets
+
+
+def check_overrides_known(defs: list[WorkloadDef], overrides: list[tuple[str, str]]) -> None:
+    """Every `--arg` key must be a parameter of at least one selected workload."""
+    known = {p for d in defs for p in d.params}
+    for key, _ in overrides:
+        if key not in known:
+            raise UserError(f"unknown --arg {key!r}; parameters are: {', '.join(sorted(known))}")
+
+
+def make_task(wdef: WorkloadDef, args: dict) -> Task:
+    """Call the workload with `args` and build its Task (PrimFunc, FLOPs, key)."""
+    from tvm import te
+
+    from .canonical import canonical_text, task_key
+
+    try:
+        result = wdef.func(**args)
+    except UserError:
+        raise
+    except Exception as e:
+        raise UserError(f"workload '{wdef.name}' failed with {args}: "
+                        f"{type(e).__name__}: {e}") from None
+    tensors = list(result) if isinstance(result, (list, tuple)) else [result]
+    if not tensors or not all(isinstance(t, te.Tensor) for t in tensors):
+        raise UserError(f"workload '{wdef.name}' must return TE tensors "
+                        f"(inputs first, outputs last), got {type(result).__name__}")
+    inputs = [t for t in tensors if type(t.op).__name__ == "PlaceholderOp"]
+    outputs = [t for t in tensors if type(t.op).__name__ != "PlaceholderOp"]
+    if not outputs or tensors[: len(inputs)] != inputs:
+        raise UserError(f"workload '{wdef.name}' must return input placeholders first "
+                        "and at least one computed output last")
+    func = te.create_prim_func(inputs + outputs).with_attr("global_symbol", "main")
+    canonical = canonical_text(inputs, outputs)
+    return Task(
+        workload=wdef.name,
+        args=dict(args),
+        func=func,
+        inputs=tuple(_spec(t) for t in inputs),
+        outputs=tuple(_spec(t) for t in outputs),
+        flops=_flops(func),
+        key=task_key(canonical, args),
+        canonical=canonical,
+    )
+
+
+def _spec(t) -> TensorSpec:
+    return TensorSpec(t.op.name, tuple(int(s) for s in t.shape), str(t.dtype))
+
+
+def _flops(func) -> float:
+    import tvm
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    return float(estimate_tir_flops(tvm.IRModule({"main": func})))
+
+
+def load_tasks(path: str, names: list[str] | None = None,
+               arg_items: list[str] | None = None) -> list[Task]:
+    """The one call the CLI and API use: op file + selection + overrides -> tasks."""
+    defs = select_workloads(load_op_file(path), names)
+    overrides = parse_arg_overrides(arg_items)
+    check_overrides_known(defs, overrides)
+    return [make_task(d, a) for d in defs for a in argument_sets(d, overrides)]

@@ -1,0 +1,37 @@
+"""The Sketch and RuleSet interfaces that per-target rules implement."""
+from __future__ import annotations
+
+from typing import Protocol
+
+from .decisions import Decider
+
+
+class Sketch(Protocol):
+    """A schedule with open decisions. `apply` must be deterministic given the decider's
+    answers: the same decisions always give the same schedule."""
+
+    name: str
+
+    def apply(self, sch, decide: Decider) -> None:  # sch: tvm.s_tir.Schedule
+        ...
+
+
+class RuleSet(Protocol):
+    """Per-target rules: which sketches a task gets, and the target's limit check."""
+
+    def sketches(self, task, target) -> list[Sketch]:
+        ...
+
+    def check(self, mod, target) -> str | None:
+        """None when the scheduled module fits the target's limits, else the reason."""
+        ...
+
+
+class DefaultSketch:
+    """The unscheduled computation: always a candidate, so tuning never returns a kernel
+    slower than the default build (on CPU; GPU rule sets provide their own default)."""
+
+    name = "default"
+
+    def apply(self, sch, decide: Decider) -> None:
+        return None

@@ -1,0 +1,116 @@
+"""SearchSpace: the sketches of one task on one target, and the operations the tuner
+and the search strategies need: sample, apply (replay), check, mutate."""
+from __future__ import annotations
+
+import random
+
+from .candidate import Candidate
+from .decisions import Decider, InvalidCandidate
+from .sketch import RuleSet, Sketch
+
+SPACE_VERSION = "1"
+_MAX_SAMPLE_TRIES = 32
+
+
+def _rule_sets() -> dict[str, RuleSet]:
+    from . import cpu, cuda
+
+    return {"llvm": cpu.RULES, "cuda": cuda.RULES}
+
+
+class SearchSpace:
+    """All schedules our rules can build for `task` on `target` (a TargetSpec)."""
+
+    version = SPACE_VERSION
+
+    def __init__(self, task, target, rules: RuleSet):
+        self.task = task
+        self.target = target
+        self.rules = rules
+        self.sketches: dict[str, Sketch] = {s.name: s for s in rules.sketches(task, target)}
+        if not self.sketches:
+            raise ValueError(f"no sketch applies to {task.name} on {target.kind}")
+
+    def _schedule(self, sketch: Sketch, decide: Decider):
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(self.task.mod)
+        try:
+            sketch.apply(sch, decide)
+        except InvalidCandidate:
+            raise
+        except Exception as e:  # a schedule primitive refused these decisions
+            raise InvalidCandidate(f"{sketch.name}: {str(e).strip().splitlines()[-1]}") from None
+        return sch.mod
+
+    def _sketch(self, name: str) -> Sketch:
+        try:
+            return self.sketches[name]
+        except KeyError:
+            raise InvalidCandidate(f"unknown sketch {name!r}") from None
+
+    def apply(self, cand: Candidate):
+        """Replay a candidate exactly: the scheduled IRModule, or InvalidCandidate."""
+        decide = Decider(cand.values(), strict=True)
+        mod = self._schedule(self._sketch(cand.sketch), decide)
+        extra = set(cand.values()) - set(decide.made)
+        if extra:
+            raise InvalidCandidate(f"decisions not used by sketch {cand.sketch}: {sorted(extra)}")
+        return mod
+
+    def sample(self, rng: random.Random, sketch: str | None = None) -> tuple[Candidate, object]:
+        """A random valid candidate and its module (retries past refused decisions)."""
+        names = [sketch] if sketch else sorted(self.sketches)
+        last = None
+        for _ in range(_MAX_SAMPLE_TRIES):
+            name = rng.choice(names)
+            decide = Decider(rng=rng, strict=False)
+            try:
+                mod = self._schedule(self.sketches[name], decide)
+            except InvalidCandidate as e:
+                last = e
+                continue
+            return Candidate.make(name, decide.made), mod
+        raise InvalidCandidate(f"could not sample a valid schedule: {last}")
+
+    def decision_specs(self, cand: Candidate) -> dict:
+        """The spec of every decision the candidate's sketch makes."""
+        decide = Decider(cand.values(), strict=True)
+        self._schedule(self._sketch(cand.sketch), decide)
+        return decide.specs
+
+    def mutate(self, cand: Candidate, rng: random.Random) -> tuple[Candidate, object]:
+        """Change one decision (the sketch stays); later decisions that no longer fit
+        are re-sampled. Returns the mutant and its module."""
+        specs = self.decision_specs(cand)
+        if not specs:
+            return self.sample(rng)
+        values = cand.values()
+        for _ in range(_MAX_SAMPLE_TRIES):
+            name = rng.choice(sorted(specs))
+            fixed = dict(values, **{name: specs[name].mutate(values[name], rng)})
+            decide = Decider(fixed, rng=rng, strict=False)
+            try:
+                mod = self._schedule(self._sketch(cand.sketch), decide)
+            except InvalidCandidate:
+                continue
+            mutant = Candidate.make(cand.sketch, decide.made)
+            if mutant != cand:
+                return mutant, mod
+        return self.sample(rng, cand.sketch)
+
+    def check(self, mod) -> str | None:
+        """None when the module fits the target's limits, else why not."""
+        return self.rules.check(mod, self.target)
+
+    def default_candidate(self) -> Candidate | None:
+        """The candidate equal to the unscheduled build, when the rule set has one."""
+        return Candidate("default") if "default" in self.sketches else None
+
+
+def generate_space(task, target) -> SearchSpace:
+    """The one entry point: the search space of `task` on `target` (a TargetSpec)."""
+    rules = _rule_sets().get(target.kind)
+    if rules is None:
+        raise ValueError(f"no search-space rules for target kind {target.kind!r}")
+    return SearchSpace(task, target, rules)
