@@ -10,34 +10,43 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import analyse
-from .cpu_common import (CpuParams, annotate_unroll, finish_root_blocks, fuse_consumers,
-                         inline_producers, vector_tile, vectorize_inner)
+from .analysis import BlockAnalysis
+from .cpu_common import (CpuParams, annotate_unroll, finish_root_blocks, fold_chain,
+                         inline_producers, unchecked, vector_tile, vectorize_inner)
 from .cpu_packing import PackPlan, pack_operand
 from .decisions import Decider
 
 
 @dataclass(frozen=True)
 class TilePlan:
-    """How one contraction block is tiled: its vector axis, and the operand packed
-    into a blocked layout along that axis (or None)."""
+    """How one contraction block is tiled: its vector axis, the operand packed into
+    a blocked layout along that axis (or None), and the elementwise consumers fused
+    behind it (found on the unscheduled program)."""
 
-    block: str
+    info: BlockAnalysis
     vec_iter: str
     pack: PackPlan | None = None
+    chain: tuple[str, ...] = ()
+
+    @property
+    def block(self) -> str:
+        return self.info.name
 
 
 class TileSketch:
     """SSRSRS tiling of every contraction block of the task; the rest is inlined,
     fused, or parallelised and vectorised at the root."""
 
-    def __init__(self, name: str, plans: tuple[TilePlan, ...], params: CpuParams):
+    def __init__(self, name: str, plans: tuple[TilePlan, ...], inline: tuple[str, ...],
+                 params: CpuParams):
         self.name = name
         self.plans = plans
+        self.inline = inline
         self.params = params
 
     def apply(self, sch, decide: Decider) -> None:
-        inline_producers(sch, decide, keep=frozenset(p.block for p in self.plans))
+        sch = unchecked(sch)
+        inline_producers(sch, decide, self.inline)
         done = set()
         for plan in self.plans:
             done |= tile_block(sch, decide, plan, self.params)
@@ -91,13 +100,12 @@ def _split_and_reorder(sch, block, info, tiles: dict, vec_iter: str):
     return s_groups, r_groups
 
 
-def _write_stage(sch, block, decide: Decider, prefix: str):
-    """The stage that writes the output tile: the fused elementwise consumer when
-    there is one, else a cache of the accumulator."""
-    consumer = fuse_consumers(sch, block)
-    if consumer is not None:
-        return consumer
-    if not decide.choice(f"{prefix}.cache_write", (True, False)):
+def _write_stage(sch, block, decide: Decider, plan: TilePlan):
+    """The stage that writes the output tile: the fused elementwise consumers when
+    there are some, else (a decision) a cache of the accumulator, else none."""
+    if plan.chain:
+        return fold_chain(sch, plan.chain)
+    if not decide.choice(f"{plan.block}.cache_write", (True, False)):
         return None
     return sch.cache_write(block, 0, "global")
 
@@ -105,12 +113,12 @@ def _write_stage(sch, block, decide: Decider, prefix: str):
 def tile_block(sch, decide: Decider, plan: TilePlan, params: CpuParams) -> set:
     """Tile one contraction block; returns the names of the blocks it scheduled."""
     block = sch.get_sblock(plan.block)
-    info = analyse(sch, block)
+    info = plan.info
     tiles = _decide_tiles(decide, info, plan, params)
     scheduled = {plan.block}
     if plan.pack is not None:  # the packing stage is parallelised with the other root blocks
         pack_operand(sch, block, plan.pack, tiles[plan.vec_iter][-1])
-    write = _write_stage(sch, block, decide, plan.block)
+    write = _write_stage(sch, block, decide, plan)
     s_groups, r_groups = _split_and_reorder(sch, block, info, tiles, plan.vec_iter)
     level = 2
     if write is not None:
