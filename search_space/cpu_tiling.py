@@ -100,14 +100,56 @@ def _split_and_reorder(sch, block, info, tiles: dict, vec_iter: str):
     return s_groups, r_groups
 
 
-def _write_stage(sch, block, decide: Decider, plan: TilePlan):
-    """The stage that writes the output tile: the fused elementwise consumers when
-    there are some, else (a decision) a cache of the accumulator, else none."""
+# A cached output tile up to this many elements lives in a stack ("local") buffer,
+# where LLVM keeps it in registers; a larger one goes to the heap ("global").
+_LOCAL_TILE_ELEMS = 16384
+
+
+def _vector_last(sch, block, plan: TilePlan) -> None:
+    """Lay the block's (non-argument) output buffer out with the vector axis last, so
+    the accumulators are contiguous vectors (conv vectorised over channels)."""
+    from tvm.tirx import IndexMap
+
+    dim = plan.info.writes[0].dim_of(plan.vec_iter)
+    ndim = len(plan.info.writes[0].uses)
+    if dim is None or dim == ndim - 1:
+        return
+
+    def to_vector_last(*idx):
+        return tuple(idx[:dim]) + tuple(idx[dim + 1:]) + (idx[dim],)
+
+    sch.transform_layout(block, ("write", 0),
+                         IndexMap.from_func(to_vector_last, ndim=ndim, index_dtype="int32"))
+
+
+def _tile_elems(info, tiles: dict, level: int) -> int:
+    out = 1
+    for v in info.spatial:
+        for factor in tiles.get(v.name, (1, 1, 1, 1))[level:]:
+            out *= factor
+    return out
+
+
+def _write_stage(sch, block, decide: Decider, plan: TilePlan, tiles: dict):
+    """The stage that writes the output tile and the tile level it sits at: the fused
+    elementwise consumers when there are some, else (a decision) a cache of the
+    accumulator, else none. A cache is forced when the vector axis is not the
+    output's contiguous one: the accumulators then need their own layout."""
+    write = plan.info.writes[0]
+    transposed = write.dim_of(plan.vec_iter) not in (None, len(write.uses) - 1)
     if plan.chain:
-        return fold_chain(sch, plan.chain)
-    if not decide.choice(f"{plan.block}.cache_write", (True, False)):
-        return None
-    return sch.cache_write(block, 0, "global")
+        stage = fold_chain(sch, plan.chain)
+    elif transposed or decide.choice(f"{plan.block}.cache_write", (True, False)):
+        stage = None
+    else:
+        return None, 2
+    level = decide.choice(f"{plan.block}.write_at", (1, 2))
+    if stage is None:
+        small = _tile_elems(plan.info, tiles, level) <= _LOCAL_TILE_ELEMS
+        stage = sch.cache_write(block, 0, "local" if small else "global")
+    if transposed:
+        _vector_last(sch, block, plan)
+    return stage, level
 
 
 def tile_block(sch, decide: Decider, plan: TilePlan, params: CpuParams) -> set:
@@ -118,12 +160,10 @@ def tile_block(sch, decide: Decider, plan: TilePlan, params: CpuParams) -> set:
     scheduled = {plan.block}
     if plan.pack is not None:  # the packing stage is parallelised with the other root blocks
         pack_operand(sch, block, plan.pack, tiles[plan.vec_iter][-1])
-    write = _write_stage(sch, block, decide, plan)
+    write, level = _write_stage(sch, block, decide, plan, tiles)
     s_groups, r_groups = _split_and_reorder(sch, block, info, tiles, plan.vec_iter)
-    level = 2
     if write is not None:
         scheduled.add(sch.get(write).name_hint)
-        level = decide.choice(f"{plan.block}.write_at", (1, 2))
         anchor = (s_groups[0] + s_groups[1])[-1] if level == 2 else s_groups[0][-1]
         sch.reverse_compute_at(write, anchor)
     outer = _parallelise(sch, s_groups, level, params)
