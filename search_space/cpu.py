@@ -93,14 +93,54 @@ class CpuRules:
         return [DefaultSketch()] + [s for s in found if _applies(task, s)]
 
     def check(self, mod, target):
-        from tvm.s_tir.analysis import calculate_allocated_bytes
-
-        for name, func in mod.functions.items():
-            sizes = calculate_allocated_bytes(func)
-            local = sizes.get("local", 0) if hasattr(sizes, "get") else 0
-            if int(local) > _MAX_LOCAL_BYTES:
-                return f"{name}: {int(local)} bytes of local buffers (limit {_MAX_LOCAL_BYTES})"
+        """Stack buffers ("local" scope, per worker thread) must stay small: measured
+        after TVM compacts each buffer to the region a tile touches."""
+        compacted = _compacted(mod)
+        for gvar, func in compacted.functions.items():
+            name = gvar.name_hint
+            local = _local_bytes(func.body)
+            if local > _MAX_LOCAL_BYTES:
+                return f"{name}: {local} bytes of stack buffers per thread " \
+                       f"(limit {_MAX_LOCAL_BYTES})"
         return None
+
+
+def _compacted(mod):
+    import tvm
+    from tvm.s_tir import transform as st
+
+    return tvm.transform.Sequential([
+        st.LowerInitBlock(), st.PlanAndUpdateBufferAllocationLocation(),
+        st.ConvertBlocksToOpaque(), st.CompactBufferAllocation()])(mod)
+
+
+def _local_bytes(stmt) -> int:
+    """Bytes of local-scope buffers allocated by the blocks under `stmt`."""
+    kind = type(stmt).__name__
+    if kind == "SeqStmt":
+        return sum(_local_bytes(s) for s in stmt.seq)
+    if kind == "SBlockRealize":
+        return _local_bytes(stmt.block)
+    total = 0
+    if kind == "SBlock":
+        for buf in stmt.alloc_buffers:
+            if buf.scope() == "local":
+                elems = 1
+                for dim in buf.shape:
+                    elems *= int(dim)
+                total += elems * tvm_bytes(buf.dtype)
+    for attr in ("body", "then_case", "else_case"):
+        child = getattr(stmt, attr, None)
+        if child is not None:
+            total += _local_bytes(child)
+    return total
+
+
+def tvm_bytes(dtype) -> int:
+    import tvm
+
+    t = tvm.DataType(str(dtype))
+    return max(1, t.bits * t.lanes // 8)
 
 
 RULES = CpuRules()

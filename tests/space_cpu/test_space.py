@@ -123,3 +123,26 @@ def test_sample_space_check_passes(target):
     for _ in range(4):
         _, mod = space.sample(rng)
         assert space.check(mod) is None
+
+
+def test_check_rejects_big_stack_buffers(target):
+    """A whole 1024x512 accumulator on the stack is refused; our sketches' small
+    register-tile caches pass."""
+    import autosched
+    from tvm import s_tir
+
+    from search_space import generate_space
+
+    from .conftest import ROOT
+
+    (task,) = autosched.load_tasks(f"{ROOT}/examples/matmul.py", ["matmul"],
+                                   ["M=1024", "N=512", "K=8"])
+    space = generate_space(task, target)
+    sch = s_tir.Schedule(task.mod)
+    sch.cache_write(sch.get_sblock("C"), 0, "local")
+    reason = space.check(sch.mod)
+    assert reason is not None and "2097152 bytes" in reason
+    rng = random.Random(1)
+    for _ in range(3):
+        _, mod = space.sample(rng, "tile_pack")
+        assert space.check(mod) is None
