@@ -16,6 +16,9 @@ from .cpu_common import (CpuParams, annotate_unroll, finish_root_blocks, fold_ch
 from .cpu_packing import PackPlan, pack_operand
 from .decisions import Decider
 
+# Reductions up to this many steps in all are never blocked for the caches.
+_SHORT_REDUCTION = 64
+
 
 @dataclass(frozen=True)
 class TilePlan:
@@ -66,10 +69,21 @@ def _decide_tiles(decide: Decider, info, plan: TilePlan, params: CpuParams) -> d
             continue
         tiles[v.name] = decide.tile(f"{p}.{v.name}", v.extent, 4, budget)
         budget = max(1, budget // tiles[v.name][-1])
+    # A short reduction (a depthwise 3x3) is never blocked: R1 takes all of it, so
+    # the accumulators are loaded and stored once per output tile.
+    blocked = _product_of(v.extent for v in info.reduce) > _SHORT_REDUCTION
     for v in info.reduce:
         if v.extent > 1:
-            tiles[v.name] = decide.tile(f"{p}.{v.name}", v.extent, 2, v.extent)
+            tiles[v.name] = decide.tile(f"{p}.{v.name}", v.extent, 2, v.extent) if blocked \
+                else (1, v.extent)
     return tiles
+
+
+def _product_of(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
 
 
 def _split_and_reorder(sch, block, info, tiles: dict, vec_iter: str):
@@ -130,7 +144,7 @@ def _tile_elems(info, tiles: dict, level: int) -> int:
     return out
 
 
-def _write_stage(sch, block, decide: Decider, plan: TilePlan, tiles: dict):
+def _write_stage(sch, block, decide: Decider, plan: TilePlan, tiles: dict, cores: int):
     """The stage that writes the output tile and the tile level it sits at: the fused
     elementwise consumers when there are some, else (a decision) a cache of the
     accumulator, else none. A cache is forced when the vector axis is not the
@@ -143,7 +157,10 @@ def _write_stage(sch, block, decide: Decider, plan: TilePlan, tiles: dict):
         stage = None
     else:
         return None, 2
-    level = decide.choice(f"{plan.block}.write_at", (1, 2))
+    # Written back under S0, the tile loops below cannot join the parallel loop: only
+    # offered when S0 alone gives every core work.
+    outer = _tile_elems(plan.info, tiles, 0) // _tile_elems(plan.info, tiles, 1)
+    level = decide.choice(f"{plan.block}.write_at", (1, 2) if outer >= 2 * cores else (2,))
     if stage is None:
         small = _tile_elems(plan.info, tiles, level) <= _LOCAL_TILE_ELEMS
         stage = sch.cache_write(block, 0, "local" if small else "global")
@@ -160,7 +177,7 @@ def tile_block(sch, decide: Decider, plan: TilePlan, params: CpuParams) -> set:
     scheduled = {plan.block}
     if plan.pack is not None:  # the packing stage is parallelised with the other root blocks
         pack_operand(sch, block, plan.pack, tiles[plan.vec_iter][-1])
-    write, level = _write_stage(sch, block, decide, plan, tiles)
+    write, level = _write_stage(sch, block, decide, plan, tiles, params.cores)
     s_groups, r_groups = _split_and_reorder(sch, block, info, tiles, plan.vec_iter)
     if write is not None:
         scheduled.add(sch.get(write).name_hint)
