@@ -137,6 +137,16 @@ class BlockAnalysis:
         names = {v.name for v in self.spatial}
         return tuple(a for a in self.reads if names - a.iters())
 
+    def streams(self, var: str, skip: frozenset = frozenset()) -> bool:
+        """Whether a vector along `var` reads every operand (but those in `skip`)
+        contiguously or as a broadcast: `var` indexes no dimension, or only the last."""
+        for acc in self.reads:
+            if acc.buffer in skip:
+                continue
+            if any(var in used for used in acc.uses[:-1]):
+                return False
+        return True
+
     @property
     def is_contraction(self) -> bool:
         """A reduction with data reuse (matmul, conv): worth multi-level tiling."""

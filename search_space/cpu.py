@@ -35,8 +35,9 @@ def _tile_plans(sch, infos, packed: bool) -> tuple[TilePlan, ...] | None:
         if not (info.is_contraction and info.loops_bound):
             continue
         pack = find_pack_plan(info, params) if packed else None
+        # unpacked, the vector axis must stream through every operand as it is
         vec = pack.iter if pack else next((v.name for v in reversed(info.spatial)
-                                           if v.extent > 1), None)
+                                           if v.extent > 1 and info.streams(v.name)), None)
         if vec is None:
             continue
         chain = consumer_chain(sch, sch.get_sblock(info.name))

@@ -25,9 +25,20 @@ def test_conv_blocks():
 
 
 def test_depthwise_reuses_only_the_weight():
-    _, (_, dw) = _infos("depthwise_conv2d")
+    sch, (_, dw) = _infos("depthwise_conv2d")
     assert dw.is_contraction
     assert [a.buffer for a in dw.reused_reads()] == ["weight"]
+    # a vector over channels would gather the input: nothing worth packing
+    from search_space.analysis import param_buffers
+
+    assert find_pack_plan(dw, param_buffers(sch)) is None
+    assert dw.streams("v_x") and not dw.streams("v_ch")
+
+
+def test_dense_has_no_streaming_axis_unpacked():
+    _, (dense, _) = _infos("dense_gelu")
+    assert not dense.streams("v_j") and not dense.streams("v_i")
+    assert dense.streams("v_j", frozenset(["w"]))
 
 
 @pytest.mark.parametrize("case,kinds", [
