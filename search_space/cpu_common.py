@@ -18,6 +18,7 @@ class CpuParams:
     cores: int          # worker threads of the parallel runtime
     max_vectors: int = 4    # widest register tile along the vector axis, in vectors
     max_accumulators: int = 24  # vector registers a register tile may hold
+    min_accumulators: int = 4   # fewer cannot hide the latency of the FMA units
 
 
 class _Unchecked:

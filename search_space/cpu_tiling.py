@@ -14,10 +14,12 @@ from .analysis import BlockAnalysis
 from .cpu_common import (CpuParams, annotate_unroll, finish_root_blocks, fold_chain,
                          inline_producers, unchecked, vector_tile, vectorize_inner)
 from .cpu_packing import PackPlan, pack_operand
-from .decisions import Decider
+from .decisions import Decider, divisors
 
 # Reductions up to this many steps in all are never blocked for the caches.
 _SHORT_REDUCTION = 64
+# A blocked reduction axis streams at least this many steps per accumulator load.
+_MIN_STREAM = 4
 
 
 @dataclass(frozen=True)
@@ -57,25 +59,47 @@ class TileSketch:
 
 
 def _decide_tiles(decide: Decider, info, plan: TilePlan, params: CpuParams) -> dict:
-    """Tile factors per iter var (extent-1 iter vars get none). The register tile is
-    bounded: accumulators (vectors) = product of S3 factors / lanes."""
+    """Tile factors per iter var (extent-1 iter vars get none)."""
     p = plan.block
-    tiles = {}
     vec = next(v for v in info.spatial if v.name == plan.vec_iter)
-    tiles[vec.name] = vector_tile(decide, f"{p}.{vec.name}", vec.extent, 4, params)
-    budget = max(1, params.max_accumulators // -(-tiles[vec.name][-1] // params.lanes))
-    for v in info.spatial:
-        if v.name == vec.name or v.extent == 1:
-            continue
-        tiles[v.name] = decide.tile(f"{p}.{v.name}", v.extent, 4, budget)
-        budget = max(1, budget // tiles[v.name][-1])
+    tiles = {vec.name: vector_tile(decide, f"{p}.{vec.name}", vec.extent, 4, params)}
+    tiles.update(_register_tile(decide, info, vec, tiles[vec.name][-1], params, p))
     # A short reduction (a depthwise 3x3) is never blocked: R1 takes all of it, so
     # the accumulators are loaded and stored once per output tile.
     blocked = _product_of(v.extent for v in info.reduce) > _SHORT_REDUCTION
     for v in info.reduce:
-        if v.extent > 1:
-            tiles[v.name] = decide.tile(f"{p}.{v.name}", v.extent, 2, v.extent) if blocked \
-                else (1, v.extent)
+        if v.extent == 1:
+            continue
+        if not blocked:
+            tiles[v.name] = (1, v.extent)
+        elif v.extent % _MIN_STREAM == 0 and v.extent >= 4 * _MIN_STREAM:
+            # R1 streams at least a few steps between loads of the accumulators
+            units = decide.tile(f"{p}.{v.name}@{_MIN_STREAM}", v.extent // _MIN_STREAM, 2,
+                                v.extent // _MIN_STREAM)
+            tiles[v.name] = (units[0], units[1] * _MIN_STREAM)
+        else:
+            tiles[v.name] = decide.tile(f"{p}.{v.name}", v.extent, 2, v.extent)
+    return tiles
+
+
+def _register_tile(decide: Decider, info, vec, vec_inner: int, params: CpuParams, p: str):
+    """Tiles of the spatial axes besides the vector one. Their innermost factors span
+    the register tile: between `min_accumulators` and `max_accumulators` vectors
+    (one register each) when the extents allow; a decision each, and the outer three
+    levels a tile decision of what is left."""
+    vectors = -(-vec_inner // params.lanes)
+    acc, tiles = vectors, {}
+    axes = [v for v in info.spatial if v.name != vec.name and v.extent > 1]
+    for n, v in enumerate(axes):
+        budget = max(1, params.max_accumulators // acc)
+        options = [d for d in divisors(v.extent) if d <= budget]
+        if n == len(axes) - 1:  # the last axis lifts the tile to the minimum if it can
+            enough = [d for d in options if d * acc >= params.min_accumulators]
+            options = enough or options
+        inner = decide.choice(f"{p}.{v.name}.reg", options)
+        rest = v.extent // inner
+        tiles[v.name] = decide.tile(f"{p}.{v.name}", rest, 3, rest) + (inner,)
+        acc *= inner
     return tiles
 
 
