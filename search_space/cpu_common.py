@@ -137,7 +137,9 @@ def vector_tile(decide: Decider, name: str, extent: int, parts: int, params: Cpu
     if extent % lanes == 0:
         units = decide.tile(f"{name}@{lanes}", extent // lanes, parts, params.max_vectors)
         return units[:-1] + (units[-1] * lanes,)
-    inner = decide.choice(f"{name}.vector", _pow2_divisors(extent, lanes))
+    widths = _pow2_divisors(extent, lanes)  # a quarter vector at least, when possible
+    inner = decide.choice(f"{name}.vector", [w for w in widths if w >= max(2, lanes // 4)]
+                          or widths)
     outer = decide.tile(name, extent // inner, parts - 1, extent // inner)
     return outer + (inner,)
 

@@ -82,6 +82,11 @@ def _decide_tiles(decide: Decider, info, plan: TilePlan, params: CpuParams) -> d
     return tiles
 
 
+def _reused_along(access, var: str) -> bool:
+    return all(var not in used or exact != var
+               for used, exact in zip(access.uses, access.exact))
+
+
 def _register_tile(decide: Decider, info, vec, vec_inner: int, params: CpuParams, p: str):
     """Tiles of the spatial axes besides the vector one. Their innermost factors span
     the register tile: between `min_accumulators` and `max_accumulators` vectors
@@ -89,7 +94,15 @@ def _register_tile(decide: Decider, info, vec, vec_inner: int, params: CpuParams
     levels a tile decision of what is left."""
     vectors = -(-vec_inner // params.lanes)
     acc, tiles = vectors, {}
-    axes = [v for v in info.spatial if v.name != vec.name and v.extent > 1]
+    # Only an axis along which some vector operand is reused helps: one the operand
+    # does not depend on (the rows i of a matmul; not the batch n, whose B differs
+    # per n), or only through a sliding window (y + r of a convolution).
+    vector_reads = [a for a in info.reads if vec.name in a.iters()]
+    others = [v for v in info.spatial if v.name != vec.name and v.extent > 1]
+    axes = [v for v in others if any(_reused_along(a, v.name) for a in vector_reads)]
+    for v in others:
+        if v not in axes:
+            tiles[v.name] = decide.tile(f"{p}.{v.name}", v.extent, 3, v.extent) + (1,)
     for n, v in enumerate(axes):
         budget = max(1, params.max_accumulators // acc)
         options = [d for d in divisors(v.extent) if d <= budget]
