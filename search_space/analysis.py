@@ -232,6 +232,29 @@ def analyse(sch, block) -> BlockAnalysis:
                          _loops_bound(sch, block, stmt), stmt.name_hint in outputs)
 
 
+_CHILDREN = ("a", "b", "value", "args", "condition", "true_value", "false_value")
+
+
+def _conditional(expr) -> bool:
+    kind = type(expr).__name__
+    if kind == "Select" or (kind == "Call" and "if_then_else" in str(expr.op.name)):
+        return True
+    for field in _CHILDREN:
+        child = getattr(expr, field, None)
+        if child is None or isinstance(child, (int, float, str)):
+            continue
+        items = list(child) if field == "args" else [child]
+        if any(_conditional(c) for c in items):
+            return True
+    return False
+
+
+def computes_conditionally(sch, block) -> bool:
+    """Whether the block's value has a branch in it (a padding stage, a mask)."""
+    body = sch.get(block).body
+    return type(body).__name__ == "BufferStore" and _conditional(body.value)
+
+
 def param_buffers(sch) -> set[str]:
     """Names of the function's argument buffers (inputs and outputs)."""
     func = sch.mod["main"]

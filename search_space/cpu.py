@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 
-from .analysis import analyse, blocks, output_dtype, param_buffers, vector_lanes
+from .analysis import (analyse, blocks, computes_conditionally, output_dtype, param_buffers,
+                       vector_lanes)
 from .cpu_common import CpuParams, consumer_chain, inline_candidates
 from .cpu_packing import find_pack_plan
 from .cpu_rows import RowSketch, row_depth
@@ -45,6 +46,19 @@ def _tile_plans(sch, infos, packed: bool) -> tuple[TilePlan, ...] | None:
     if not plans or (packed and not any(p.pack for p in plans)):
         return None
     return tuple(plans)
+
+
+def _branchy_inputs(sch, plans) -> set[str]:
+    """Producers with a branch (padding) read along a plan's vector axis: inlined,
+    every vector load would carry the branch, so they are never inlined there."""
+    out = set()
+    for plan in plans:
+        along = {a.buffer for a in plan.info.reads if plan.vec_iter in a.iters()}
+        for producer in sch.get_producers(sch.get_sblock(plan.block)):
+            stmt = sch.get(producer)
+            if stmt.writes[0].source.name in along and computes_conditionally(sch, producer):
+                out.add(stmt.name_hint)
+    return out
 
 
 def _rows_apply(infos) -> bool:
@@ -87,7 +101,8 @@ class CpuRules:
         for name, packed in (("tile", False), ("tile_pack", True)):
             plans = _tile_plans(sch, infos, packed)
             if plans:
-                keep = frozenset(p.block for p in plans).union(*(p.chain for p in plans))
+                keep = frozenset(p.block for p in plans).union(*(p.chain for p in plans),
+                                                              _branchy_inputs(sch, plans))
                 found.append(TileSketch(name, plans, inline_candidates(sch, keep), params))
         if _rows_apply(infos):
             found.append(RowSketch(tuple(infos), inline_candidates(sch), params))

@@ -92,3 +92,19 @@ def test_vector_lanes_follow_the_target():
     assert vector_lanes(avx512, "float32") == 16
     assert vector_lanes(avx512, "float64") == 8
     assert vector_lanes(sse, "float32") == 4
+
+
+def test_padding_is_conditional_and_kept_out_of_vector_loads(target):
+    from search_space.analysis import computes_conditionally
+
+    from .conftest import small_space
+
+    sch, (pad, _) = _infos("conv2d")
+    assert computes_conditionally(sch, sch.get_sblock(pad.name))
+    sch, infos = _infos("softmax")
+    assert not any(computes_conditionally(sch, sch.get_sblock(i.name)) for i in infos)
+    space = small_space("conv2d", target)
+    # vectorised along x the padding branch would sit in every load: not inlined;
+    # vectorised along output channels the padded value is a broadcast: offered
+    assert space.sketches["tile"].inline == ()
+    assert space.sketches["tile_pack"].inline == ("pad",)
