@@ -3,8 +3,8 @@
 Every task gets the unscheduled computation (the floor). A task with contractions
 (reductions with data reuse: matmul, conv, dense) gets multi-level tiling, and a
 variant that packs an operand into a blocked layout; a task of row reductions and
-elementwise stages (softmax, layer norm, plain maps) gets the row-wise sketch. The sketches
-are chosen by analysing the task's blocks, never by their names.
+elementwise stages (softmax, layer norm, plain maps) gets the row-wise sketch.
+Sketches are chosen by analysing the task's blocks, never by their names.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import random
 
 from .analysis import (analyse, blocks, computes_conditionally, output_dtype, param_buffers,
                        vector_lanes)
+from .cpu_check import check_stack
 from .cpu_common import CpuParams, consumer_chain, inline_candidates
 from .cpu_packing import find_pack_plan
 from .cpu_rows import RowSketch, row_depth
@@ -19,12 +20,8 @@ from .cpu_tiling import TilePlan, TileSketch
 from .decisions import Decider
 from .sketch import DefaultSketch
 
-# A register tile wider than this many bytes of locals is a stack hazard in the
-# runtime's worker threads; `check` rejects modules that allocate more on the stack.
-_MAX_LOCAL_BYTES = 1 << 20
-
-
 def cpu_params(task, target) -> CpuParams:
+    """Vector lanes of the task's dtype and the cores of the target (a TargetSpec)."""
     cores = int(target.config.get("num-cores", 1) or 1)
     return CpuParams(lanes=vector_lanes(target, output_dtype(task)), cores=max(1, cores))
 
@@ -109,54 +106,8 @@ class CpuRules:
         return [DefaultSketch()] + [s for s in found if _applies(task, s)]
 
     def check(self, mod, target):
-        """Stack buffers ("local" scope, per worker thread) must stay small: measured
-        after TVM compacts each buffer to the region a tile touches."""
-        compacted = _compacted(mod)
-        for gvar, func in compacted.functions.items():
-            name = gvar.name_hint
-            local = _local_bytes(func.body)
-            if local > _MAX_LOCAL_BYTES:
-                return f"{name}: {local} bytes of stack buffers per thread " \
-                       f"(limit {_MAX_LOCAL_BYTES})"
-        return None
-
-
-def _compacted(mod):
-    import tvm
-    from tvm.s_tir import transform as st
-
-    return tvm.transform.Sequential([
-        st.LowerInitBlock(), st.PlanAndUpdateBufferAllocationLocation(),
-        st.ConvertBlocksToOpaque(), st.CompactBufferAllocation()])(mod)
-
-
-def _local_bytes(stmt) -> int:
-    """Bytes of local-scope buffers allocated by the blocks under `stmt`."""
-    kind = type(stmt).__name__
-    if kind == "SeqStmt":
-        return sum(_local_bytes(s) for s in stmt.seq)
-    if kind == "SBlockRealize":
-        return _local_bytes(stmt.block)
-    total = 0
-    if kind == "SBlock":
-        for buf in stmt.alloc_buffers:
-            if buf.scope() == "local":
-                elems = 1
-                for dim in buf.shape:
-                    elems *= int(dim)
-                total += elems * tvm_bytes(buf.dtype)
-    for attr in ("body", "then_case", "else_case"):
-        child = getattr(stmt, attr, None)
-        if child is not None:
-            total += _local_bytes(child)
-    return total
-
-
-def tvm_bytes(dtype) -> int:
-    import tvm
-
-    t = tvm.DataType(str(dtype))
-    return max(1, t.bits * t.lanes // 8)
+        """None when the module's stack buffers fit (see `cpu_check`)."""
+        return check_stack(mod)
 
 
 RULES = CpuRules()

@@ -163,19 +163,16 @@ def vectorize_inner(sch, block, params: CpuParams, keep: int = 0) -> None:
     sch.vectorize(inner)
 
 
-def parallel_outer(sch, block, params: CpuParams, depth: int | None = None):
-    """Fuse the leading data-parallel loops of a root-level block and parallelise them.
-
-    Fuses until the extent gives every core several chunks (or `depth` loops)."""
+def parallel_outer(sch, block, params: CpuParams):
+    """Fuse the leading data-parallel loops of a root-level block (all but the last,
+    kept to vectorise) until every core gets several chunks, and parallelise them."""
     loops = sch.get_loops(block)
     kinds = loop_kinds(sch, block)
-    n = 0
-    extent = 1
-    limit = len(loops) - 1 if depth is None else depth
-    while n < limit and kinds[n] == "S":
+    n, extent = 0, 1
+    while n < len(loops) - 1 and kinds[n] == "S":
         extent *= _extent(sch, loops[n])
         n += 1
-        if depth is None and extent >= 8 * params.cores:
+        if extent >= 8 * params.cores:
             break
     if n == 0:
         return None

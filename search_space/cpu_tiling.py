@@ -248,7 +248,4 @@ def _parallelise(sch, s_groups, level: int, params: CpuParams):
 
 
 def _product(sch, loops) -> int:
-    out = 1
-    for loop in loops:
-        out *= int(sch.get(loop).extent)
-    return out
+    return _product_of(int(sch.get(loop).extent) for loop in loops)
