@@ -94,7 +94,8 @@ def compare(name: str, actual: np.ndarray, expected: np.ndarray, tol: Tolerance)
     nan_bad = np.isnan(out) != np.isnan(ref)
     inf_bad = (np.isinf(out) | np.isinf(ref)) & (out != ref) & ~np.isnan(out) & ~np.isnan(ref)
     both = np.isfinite(out) & np.isfinite(ref)
-    err = np.where(both, np.abs(out - ref), 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where both are inf
+        err = np.where(both, np.abs(out - ref), 0.0)
     bad = nan_bad | inf_bad | (err > tol.atol + tol.rtol * np.abs(ref))
     if not bad.any():
         return None

@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass
 
 import numpy as np
@@ -194,20 +195,29 @@ def ensure_reference(task, work_dir: str, seed: int = 0) -> Reference:
     tmp = tempfile.mkdtemp(prefix=f".tmp-{task.key}-", dir=parent)
     try:
         meta = _write(task, tmp, seed)
-        if found is not None or os.path.isdir(final):  # stale or partial: replace it
-            shutil.rmtree(final, ignore_errors=True)
+        return _publish(tmp, final, meta, task, seed)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _publish(tmp: str, final: str, meta: dict, task, seed: int) -> Reference:
+    """Rename `tmp` to `final`; if another process got there first, use its files."""
+    for _ in range(3):
         try:
             os.rename(tmp, final)
-        except OSError:  # another process finished first; use its (identical) files
-            shutil.rmtree(tmp, ignore_errors=True)
-            other = load_reference(final)
-            if other is None:
-                raise
+            return Reference(final, meta, created=True)
+        except OSError:  # `final` exists
+            pass
+        other = load_reference(final)
+        if other is not None and other.meta.get("seed") == seed and _matches(other, task):
             return other
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return Reference(final, meta, created=True)
+        aside = f"{final}.stale-{uuid.uuid4().hex}"  # stale or partial: move it out of the way
+        try:
+            os.rename(final, aside)
+        except OSError:
+            pass
+        shutil.rmtree(aside, ignore_errors=True)
+    raise RuntimeError(f"cannot publish the reference of {task.name} in {final}")
 
 
 def _write(task, directory: str, seed: int) -> dict:

@@ -192,9 +192,16 @@ def _child_env() -> dict:
 
 def error_text(e: Exception) -> str:
     """An exception's message without TVM's (long) C++ backtrace lines."""
+    import traceback
+
     lines = [ln for ln in str(e).strip().splitlines()
              if ln.strip() and not ln.lstrip().startswith("File ")]
-    return f"{type(e).__name__}: " + " | ".join(lines[-4:])
+    text = f"{type(e).__name__}: " + " | ".join(lines[-4:])
+    frames = traceback.extract_tb(e.__traceback__)
+    if frames:  # where it was raised (TVM's C++ frames appear here too)
+        last = frames[-1]
+        text += f" (raised in {last.name} at {os.path.basename(last.filename)}:{last.lineno})"
+    return text
 
 
 @atexit.register
