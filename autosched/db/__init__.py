@@ -8,22 +8,25 @@ from .record import Record, compatible_versions, make_record
 DEFAULT_DB_URL = "sqlite:///logs/autosched.db"
 
 
-def open_database(url: str | None = None, *, upgrade: bool = False) -> Database:
+def open_database(url: str | None = None, *, upgrade: bool = False,
+                  create: bool = True) -> Database:
     """`sqlite:///path` (the default, under ./logs/) or `postgresql://user@host:port/db`.
 
-    A fresh database gets the current schema. An older schema is refused with a
-    UserError unless `upgrade` (what `autosched db upgrade` passes); a newer one always.
+    A fresh database gets the current schema when `create` (else UserError: commands
+    that only read say so instead of creating an empty file). An older schema is refused
+    with a UserError unless `upgrade` (what `autosched db upgrade` passes); a newer one
+    always is.
     """
     url = url or DEFAULT_DB_URL
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "sqlite":
         from .sqlite import SqliteDatabase
 
-        return SqliteDatabase(url, upgrade=upgrade)
+        return SqliteDatabase(url, upgrade=upgrade, create=create)
     if scheme in ("postgresql", "postgres"):
         from .postgres import PostgresDatabase
 
-        return PostgresDatabase(url, upgrade=upgrade)
+        return PostgresDatabase(url, upgrade=upgrade, create=create)
     raise UserError(f"--db: unsupported URL {mask_password(url)!r}; use sqlite:///PATH "
                     "or postgresql://USER@HOST:PORT/DB")
 

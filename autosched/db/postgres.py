@@ -53,7 +53,8 @@ class PostgresDatabase(SqlDatabase):
 
     dialect = POSTGRES
 
-    def __init__(self, url: str, *, upgrade: bool = False, pool_size: int = 4,
+    def __init__(self, url: str, *, upgrade: bool = False, create: bool = True,
+                 pool_size: int = 4,
                  connect_timeout: int = 10):
         import psycopg
         from psycopg_pool import ConnectionPool
@@ -68,7 +69,7 @@ class PostgresDatabase(SqlDatabase):
                                     timeout=float(connect_timeout) + 5, name="autosched-db")
         try:
             self._pool.open(wait=True, timeout=float(connect_timeout) + 5)
-            self._open_schema(upgrade)
+            self._open_schema(upgrade, create)
         except BaseException:
             self._pool.close()
             raise

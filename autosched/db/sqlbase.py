@@ -12,6 +12,7 @@ import logging
 import time
 from typing import Callable, Iterable, Iterator, TypeVar
 
+from ..errors import UserError
 from . import rows, schema
 from .record import Record, compatible_versions
 
@@ -29,6 +30,7 @@ class SqlDatabase:
     url: str  # password masked
     schema_version: int
     upgraded_from: int | None = None  # set when opening migrated an older schema
+    created: bool = False  # set when opening created the tables
 
     # -- backend hooks -------------------------------------------------------------
     def _transaction(self, fn: Callable[..., T], *, write: bool) -> T:
@@ -58,13 +60,17 @@ class SqlDatabase:
         self.close()
 
     # -- schema --------------------------------------------------------------------
-    def _open_schema(self, upgrade: bool) -> None:
+    def _open_schema(self, upgrade: bool, create: bool) -> None:
         found = self._transaction(lambda cur: schema.read_version(cur, self.dialect),
                                   write=False)
         schema.check_openable(found, self.url, upgrade)
+        if found is None and not create:
+            raise UserError(f"{self.url} holds no autosched records yet (no tables); "
+                            "`autosched tune` or `autosched db import` creates them")
         if found != schema.SCHEMA_VERSION:
             found = self._transaction(lambda cur: self._create_or_migrate(cur, upgrade),
                                       write=True)
+            self.created = found is None
             if found is not None and found != schema.SCHEMA_VERSION:
                 self.upgraded_from = found
                 log.info("upgraded %s from schema %d to %d", self.url, found,

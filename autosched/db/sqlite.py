@@ -61,14 +61,19 @@ class SqliteDatabase(SqlDatabase):
 
     dialect = SQLITE
 
-    def __init__(self, url: str, *, upgrade: bool = False, lock_timeout: float = 120.0):
+    def __init__(self, url: str, *, upgrade: bool = False, create: bool = True,
+                 lock_timeout: float = 120.0):
         self.url = url
         self.path, self.read_only = parse_sqlite_url(url)
+        memory = self.path == ":memory:"
+        if not create and not memory and not os.path.exists(self.path):
+            raise UserError(f"no database at {os.path.abspath(self.path)} ({url}); "
+                            "`autosched tune` or `autosched db import` creates it")
         self.lock_timeout = lock_timeout
         self._conn = self._connect()
         try:
             self._retry(self._configure)
-            self._open_schema(upgrade)
+            self._open_schema(upgrade, create)
         except BaseException:
             self._conn.close()
             raise

@@ -64,6 +64,7 @@ class PgServer:
         self.datadir: Path | None = None
         self._as_user: list[str] = []
         self._tmp: str | None = None
+        self._databases = 0
 
     # -- lifecycle -----------------------------------------------------------------
     def _prepare_user(self, path: str) -> None:
@@ -133,6 +134,13 @@ class PgServer:
             dbname: str = "postgres") -> str:
         auth = user if password is None else f"{user}:{password}"
         return f"postgresql://{auth}@127.0.0.1:{self.port}/{dbname}"
+
+    def create_database(self, owner: str = SUPERUSER) -> str:
+        """CREATE DATABASE with a name unique on this server; returns the name."""
+        self._databases += 1
+        name = f"db{self._databases}"
+        self.execute(f"CREATE DATABASE {name} OWNER {owner}")
+        return name
 
     def execute(self, *statements: str, dbname: str = "postgres") -> None:
         """Run statements as the superuser, each in autocommit (CREATE DATABASE needs it)."""
