@@ -22,7 +22,7 @@ T = TypeVar("T")
 log = logging.getLogger("autosched.db")
 
 _RETRIES = 8
-_SCHEMA_LOCK_ID = 0x6175_746F_7363  # "autosc": pg_advisory_xact_lock key for migrations
+_SCHEMA_LOCK_ID = 0x6175_746F_7363  # "autosc": pg_advisory_lock key for schema changes
 
 
 def _one_line(e: Exception, secret: str | None) -> str:
@@ -66,7 +66,8 @@ class PostgresDatabase(SqlDatabase):
         conninfo = self._conninfo(url, connect_timeout)
         self._probe(psycopg, conninfo)
         self._pool = ConnectionPool(conninfo, min_size=1, max_size=pool_size, open=False,
-                                    timeout=float(connect_timeout) + 5, name="autosched-db")
+                                    timeout=float(connect_timeout) + 5, name="autosched-db",
+                                    kwargs={"autocommit": True})
         try:
             self._pool.open(wait=True, timeout=float(connect_timeout) + 5)
             self._open_schema(upgrade, create)
@@ -101,7 +102,8 @@ class PostgresDatabase(SqlDatabase):
                             f"{_one_line(e, self._secret)}") from None
 
     # -- transactions --------------------------------------------------------------
-    def _transaction(self, fn: Callable[..., T], *, write: bool) -> T:
+    def _transaction(self, fn: Callable[..., T], *, write: bool,
+                     session_lock: bool = False) -> T:
         import psycopg
         from psycopg import errors
         from psycopg_pool import PoolTimeout
@@ -110,10 +112,7 @@ class PostgresDatabase(SqlDatabase):
         for attempt in range(_RETRIES + 1):
             try:
                 with self._pool.connection() as conn:
-                    with conn.transaction(), conn.cursor() as cur:
-                        if not write:
-                            cur.execute("SET TRANSACTION READ ONLY")
-                        return fn(_Cursor(cur))
+                    return self._once(conn, fn, write, session_lock)
             except (errors.SerializationFailure, errors.DeadlockDetected) as e:
                 if attempt == _RETRIES:
                     raise UserError(f"{self.url}: a write kept conflicting with other "
@@ -133,9 +132,26 @@ class PostgresDatabase(SqlDatabase):
                                 f"({_one_line(e, self._secret)})") from None
         raise AssertionError("unreachable")
 
-    def _schema_lock(self, cur) -> None:
-        cur.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK_ID,))
-        cur.fetchall()
+    @staticmethod
+    def _once(conn, fn, write: bool, session_lock: bool):
+        # Pool connections are in autocommit mode: conn.transaction() is a real
+        # BEGIN/COMMIT, and the session lock below is taken outside any transaction.
+        if session_lock:
+            conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_ID,))
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                if not write:
+                    cur.execute("SET TRANSACTION READ ONLY")
+                return fn(_Cursor(cur))
+        finally:
+            if session_lock and not conn.closed:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK_ID,))
+
+    def _schema_transaction(self, fn: Callable[..., T]) -> T:
+        # The lock is taken before BEGIN: a transaction that began before another
+        # process created the tables would still see them as missing (PostgreSQL's
+        # catalog caches are refreshed at transaction start), then fail to create them.
+        return self._transaction(fn, write=True, session_lock=True)
 
     def _insert_returning(self, cur, sql: str, params: list[tuple]) -> list[int | None]:
         raw = cur.cur

@@ -39,8 +39,10 @@ class SqlDatabase:
     def _stream(self, sql: str, params: tuple, batch: int) -> Iterator[tuple]:
         raise NotImplementedError
 
-    def _schema_lock(self, cur) -> None:
-        """Serialise schema creation between processes (inside a write transaction)."""
+    def _schema_transaction(self, fn: Callable[..., T]) -> T:
+        """A write transaction that no other process's schema change runs beside, and
+        that starts only after the previous one committed (so it sees its tables)."""
+        return self._transaction(fn, write=True)
 
     def _insert_returning(self, cur, sql: str, params: list[tuple]) -> list[int | None]:
         out = []
@@ -68,8 +70,8 @@ class SqlDatabase:
             raise UserError(f"{self.url} holds no autosched records yet (no tables); "
                             "`autosched tune` or `autosched db import` creates them")
         if found != schema.SCHEMA_VERSION:
-            found = self._transaction(lambda cur: self._create_or_migrate(cur, upgrade),
-                                      write=True)
+            found = self._schema_transaction(
+                lambda cur: self._create_or_migrate(cur, upgrade))
             self.created = found is None
             if found is not None and found != schema.SCHEMA_VERSION:
                 self.upgraded_from = found
@@ -78,7 +80,6 @@ class SqlDatabase:
         self.schema_version = schema.SCHEMA_VERSION
 
     def _create_or_migrate(self, cur, upgrade: bool) -> int | None:
-        self._schema_lock(cur)
         found = schema.read_version(cur, self.dialect)  # another process may have won
         schema.check_openable(found, self.url, upgrade)
         if found != schema.SCHEMA_VERSION:

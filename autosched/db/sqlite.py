@@ -70,6 +70,8 @@ class SqliteDatabase(SqlDatabase):
             raise UserError(f"no database at {os.path.abspath(self.path)} ({url}); "
                             "`autosched tune` or `autosched db import` creates it")
         self.lock_timeout = lock_timeout
+        # SQLite's own busy wait, per attempt; _retry keeps trying until lock_timeout.
+        self._busy_ms = int(min(lock_timeout, 1.0) * 1000)
         self._conn = self._connect()
         try:
             self._retry(self._configure)
@@ -94,13 +96,13 @@ class SqliteDatabase(SqlDatabase):
         try:
             # isolation_level=None: we issue BEGIN/COMMIT ourselves.
             return sqlite3.connect(target, uri=not memory, isolation_level=None,
-                                   timeout=5.0, check_same_thread=False)
+                                   timeout=self._busy_ms / 1000, check_same_thread=False)
         except sqlite3.Error as e:
             raise UserError(f"cannot open {self.url}: {e}") from None
 
     def _configure(self) -> None:
         c = self._conn
-        c.execute("PRAGMA busy_timeout = 5000")
+        c.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         c.execute("PRAGMA foreign_keys = ON")
         if self.read_only:
             c.execute("PRAGMA query_only = ON")
