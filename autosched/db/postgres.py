@@ -21,7 +21,8 @@ from .sqlbase import SqlDatabase
 T = TypeVar("T")
 log = logging.getLogger("autosched.db")
 
-_RETRIES = 8
+_RETRIES = 8  # serialization failures and deadlocks
+_RECONNECTS = 3  # lost connections
 _SCHEMA_LOCK_ID = 0x6175_746F_7363  # "autosc": pg_advisory_lock key for schema changes
 
 
@@ -54,8 +55,7 @@ class PostgresDatabase(SqlDatabase):
     dialect = POSTGRES
 
     def __init__(self, url: str, *, upgrade: bool = False, create: bool = True,
-                 pool_size: int = 4,
-                 connect_timeout: int = 10):
+                 pool_size: int = 4, connect_timeout: int = 10):
         import psycopg
         from psycopg_pool import ConnectionPool
 
@@ -76,10 +76,10 @@ class PostgresDatabase(SqlDatabase):
             raise
 
     def _conninfo(self, url: str, connect_timeout: int) -> str:
+        from urllib.parse import urlsplit
+
         from psycopg import ProgrammingError
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-        from urllib.parse import urlsplit
 
         try:
             urlsplit(url).port  # libpq would only say "connection is bad" later
@@ -108,18 +108,18 @@ class PostgresDatabase(SqlDatabase):
         from psycopg import errors
         from psycopg_pool import PoolTimeout
 
-        delay = 0.01
-        for attempt in range(_RETRIES + 1):
+        conflicts = lost = 0
+        while True:
             try:
                 with self._pool.connection() as conn:
                     return self._once(conn, fn, write, session_lock)
             except (errors.SerializationFailure, errors.DeadlockDetected) as e:
-                if attempt == _RETRIES:
+                conflicts += 1
+                if conflicts > _RETRIES:
                     raise UserError(f"{self.url}: a write kept conflicting with other "
                                     f"writers ({_one_line(e, self._secret)})") from None
                 log.info("%s: retrying after %s", self.url, type(e).__name__)
-                time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 1.0)
+                _backoff(0.01, conflicts)
             except (errors.InsufficientPrivilege, errors.ReadOnlySqlTransaction) as e:
                 what = "write to" if write else "read"
                 raise UserError(f"{self.url}: this role may not {what} the autosched tables "
@@ -128,9 +128,16 @@ class PostgresDatabase(SqlDatabase):
                 raise UserError(f"{self.url}: no connection to the server "
                                 f"({_one_line(e, self._secret)})") from None
             except psycopg.OperationalError as e:
-                raise UserError(f"{self.url}: lost the connection to the server "
-                                f"({_one_line(e, self._secret)})") from None
-        raise AssertionError("unreachable")
+                # A restarted server or a dropped link: the pool replaces the broken
+                # connection. Retrying a write is safe because inserts are idempotent
+                # (a batch that did commit comes back as duplicates).
+                lost += 1
+                if lost > _RECONNECTS:
+                    raise UserError(f"{self.url}: lost the connection to the server "
+                                    f"({_one_line(e, self._secret)})") from None
+                log.warning("%s: connection lost (%s); retrying", self.url,
+                            _one_line(e, self._secret))
+                _backoff(0.5, lost)
 
     @staticmethod
     def _once(conn, fn, write: bool, session_lock: bool):
@@ -139,9 +146,8 @@ class PostgresDatabase(SqlDatabase):
         if session_lock:
             conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_ID,))
         try:
+            conn.read_only = not write  # BEGIN READ ONLY: a read path cannot write
             with conn.transaction(), conn.cursor() as cur:
-                if not write:
-                    cur.execute("SET TRANSACTION READ ONLY")
                 return fn(_Cursor(cur))
         finally:
             if session_lock and not conn.closed:
@@ -166,14 +172,19 @@ class PostgresDatabase(SqlDatabase):
 
     def _stream(self, sql: str, params: tuple, batch: int) -> Iterator[tuple]:
         # A server-side cursor streams a consistent snapshot without loading it all.
-        with self._pool.connection() as conn, conn.transaction():
-            with conn.cursor(name="autosched_stream") as cur:
+        with self._pool.connection() as conn:
+            conn.read_only = True
+            with conn.transaction(), conn.cursor(name="autosched_stream") as cur:
                 cur.itersize = batch
                 cur.execute(sql.replace("?", "%s"), params)
                 yield from cur
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _backoff(base: float, attempt: int) -> None:
+    time.sleep(min(base * 2 ** (attempt - 1), 5.0) * (0.5 + random.random()))
 
 
 def _password(url: str) -> str | None:

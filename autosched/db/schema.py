@@ -90,11 +90,15 @@ def _v2(cur, d: Dialect) -> None:
 MIGRATIONS = {1: _v1, 2: _v2}
 
 
-def read_version(cur, d: Dialect) -> int | None:
-    """The schema version, or None when the database has no autosched tables yet."""
+def read_version(cur, d: Dialect, *, strict: bool = True) -> int | None:
+    """The schema version, or None when the database has no autosched tables yet.
+
+    `strict` also refuses a database holding our table names without a version. Only
+    ask for it under the schema lock: while another process is creating the tables,
+    PostgreSQL may show some of them to a concurrent transaction and not others."""
     cur.execute(d.table_exists, ("autosched_schema",))
     if cur.fetchone() is None:
-        for table in TABLES[1:]:
+        for table in TABLES[1:] if strict else ():
             cur.execute(d.table_exists, (table,))
             if cur.fetchone() is not None:
                 raise UserError(f"the database has a {table} table but no autosched_schema "

@@ -63,8 +63,8 @@ class SqlDatabase:
 
     # -- schema --------------------------------------------------------------------
     def _open_schema(self, upgrade: bool, create: bool) -> None:
-        found = self._transaction(lambda cur: schema.read_version(cur, self.dialect),
-                                  write=False)
+        found = self._transaction(
+            lambda cur: schema.read_version(cur, self.dialect, strict=False), write=False)
         schema.check_openable(found, self.url, upgrade)
         if found is None and not create:
             raise UserError(f"{self.url} holds no autosched records yet (no tables); "

@@ -71,3 +71,30 @@ def test_kill_9_loses_at_most_the_batch_in_flight(db_url):
         # The database still takes writes, and the survivors are not duplicated.
         assert db.add_records([make_rec("mm", "wk-0"), make_rec("mm", "after")])[0] is None
         assert db.count() == stored + 1
+
+
+def test_racing_first_opens_create_the_schema_once(db_url):
+    """Processes opening a fresh database at the same moment: one creates the tables,
+    the others wait for it and use them (repeated: the race is timing-dependent)."""
+    code = ("import sys; from autosched.db import open_database; "
+            "open_database(sys.argv[1]).close()")
+    for round_ in range(3):
+        url = db_url if round_ == 0 else _fresh_like(db_url, round_)
+        procs = [subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE,
+                                  text=True) for _ in range(4)]
+        errors = [p.communicate(timeout=120)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+        with open_database(url) as db:
+            assert db.schema_version == 2 and db.count() == 0
+
+
+def _fresh_like(url: str, n: int) -> str:
+    """Another empty database beside `url` (a new file, or a new schema)."""
+    if url.startswith("sqlite"):
+        return url.replace("autosched.db", f"race{n}.db")
+    import psycopg
+
+    schema = url.rsplit("%3D", 1)[1] + f"r{n}"
+    with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return url.rsplit("%3D", 1)[0] + "%3D" + schema

@@ -135,3 +135,22 @@ def _scope():
     from factory import hardware_key, target_key, task_key, versions
 
     return task_key("mm"), target_key("llvm-a"), hardware_key("hw1"), versions()
+
+
+@pytest.mark.postgres
+def test_postgres_survives_dropped_connections(pg_server):
+    """The server drops every autosched connection (a restart, a failover): the next
+    read and write reconnect instead of failing the tuning run."""
+    import psycopg
+
+    url = pg_server.url(dbname=pg_server.create_database())
+    with open_database(url) as db:
+        db.add_records([make_rec(cand=1)])
+        with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'autosched'").fetchone()[0]
+        assert killed >= 1
+        assert db.best(*_scope()).candidate_key == make_rec(cand=1).candidate_key
+        assert db.add_records([make_rec(cand=2)])[0] is not None
+        assert db.count() == 2
