@@ -33,6 +33,12 @@ class LocalRunner:
         self._worker: WorkerProcess | None = None
         self._references: dict[str, Reference] = {}
 
+    @property
+    def worker_pid(self) -> int | None:
+        """Process id of the current run worker (None before the first run); a failure
+        replaces it with a fresh one (for diagnostics)."""
+        return self._worker.pid if self._worker is not None else None
+
     def run(self, inputs: list[MeasureInput],
             artifacts: list[BuildArtifact]) -> list[MeasureResult]:
         """One result per input, in order (see `base.Runner.run`)."""
@@ -65,12 +71,12 @@ class LocalRunner:
             worker.send(request)
             reply = worker.wait_reply(self.settings.run_timeout)
         except WorkerDied as e:
-            self._drop_worker()
+            self._replace_worker()
             return MeasureResult.failure("run_error", f"run worker {e}",
                                          run_seconds=time.monotonic() - start)
         seconds = time.monotonic() - start
         if reply is None:
-            self._drop_worker()
+            self._replace_worker()
             return MeasureResult.failure(
                 "run_timeout", f"run did not finish within {self.settings.run_timeout:g}s; "
                 "worker killed", run_seconds=seconds)
@@ -81,11 +87,20 @@ class LocalRunner:
 
     def _ready_worker(self) -> WorkerProcess:
         if self._worker is None or not self._worker.alive():
-            self._drop_worker()
-            worker = WorkerProcess("run", self.log_dir)
-            worker.wait_ready()
-            self._worker = worker
+            self._replace_worker()
+        if not self._worker.ready:
+            try:
+                self._worker.wait_ready()
+            finally:
+                if not self._worker.ready:
+                    self._worker = None
         return self._worker
+
+    def _replace_worker(self) -> None:
+        """Kill the current worker and start the next one now: it imports TVM while
+        the caller records this result (nothing is being timed meanwhile)."""
+        self._drop_worker()
+        self._worker = WorkerProcess("run", self.log_dir)
 
     def _drop_worker(self) -> None:
         if self._worker is not None:
