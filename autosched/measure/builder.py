@@ -88,10 +88,12 @@ class LocalBuilder:
 
     def _dispatch(self, jobs, results) -> None:
         now = time.monotonic()
+        free = sum(1 for s in self._slots if s.worker is not None and s.job is None)
         for slot in self._slots:
-            if slot.worker is None and jobs:
+            if slot.worker is None and len(jobs) > free:  # start only the workers needed
                 slot.worker = WorkerProcess("build", self.log_dir)
                 slot.deadline = now + STARTUP_TIMEOUT
+                free += 1
             if slot.worker and slot.worker.ready and slot.job is None and jobs:
                 slot.job = jobs.popleft()
                 slot.started = now

@@ -21,6 +21,8 @@ from .settings import MeasureInput, MeasureSettings
 from .worker import WorkerDied, WorkerProcess
 
 DEVICES = {"llvm": "cpu", "cuda": "cuda"}  # target kind -> TVM device type
+# A worker keeps every library it loaded mapped; start a fresh one now and then.
+RUNS_PER_WORKER = 500
 
 
 class LocalRunner:
@@ -31,6 +33,7 @@ class LocalRunner:
         self.work_dir = work_dir
         self.log_dir = os.path.join(work_dir, "workers")
         self._worker: WorkerProcess | None = None
+        self._runs = 0  # candidates run by the current worker
         self._references: dict[str, Reference] = {}
 
     @property
@@ -65,7 +68,10 @@ class LocalRunner:
 
     def _run_one(self, ref: Reference, inp: MeasureInput, art: BuildArtifact) -> MeasureResult:
         request = self._request(ref, inp, art)
+        if self._runs >= RUNS_PER_WORKER:
+            self._replace_worker()
         worker = self._ready_worker()
+        self._runs += 1
         start = time.monotonic()
         try:
             worker.send(request)
@@ -101,6 +107,7 @@ class LocalRunner:
         the caller records this result (nothing is being timed meanwhile)."""
         self._drop_worker()
         self._worker = WorkerProcess("run", self.log_dir)
+        self._runs = 0
 
     def _drop_worker(self) -> None:
         if self._worker is not None:
@@ -114,22 +121,25 @@ class LocalRunner:
 
 # ----------------------------------------------------------------- worker side
 
-_LOADED: dict[str, tuple] = {}  # reference directory -> (specs, inputs, expected, tols)
+# (reference directory, meta.json mtime) -> (specs, inputs, expected, tolerances):
+# consecutive candidates of one task reuse the arrays; a rewritten reference is reread.
+_LOADED: dict[tuple[str, int], tuple] = {}
 _LOADED_MAX = 4
 
 
 def _load_reference(directory: str) -> tuple:
     from .reference import load_reference
 
-    if directory not in _LOADED:
+    key = (directory, os.stat(os.path.join(directory, "meta.json")).st_mtime_ns)
+    if key not in _LOADED:
         ref = load_reference(directory)
         if ref is None:
             raise FileNotFoundError(f"no complete reference in {directory}")
         inputs, expected = ref.arrays()
-        _LOADED[directory] = (ref.specs(), inputs, expected, ref.tolerances())
+        _LOADED[key] = (ref.specs(), inputs, expected, ref.tolerances())
         while len(_LOADED) > _LOADED_MAX:
             _LOADED.pop(next(iter(_LOADED)))
-    return _LOADED[directory]
+    return _LOADED[key]
 
 
 def _fail(kind: str, msg: str) -> dict:

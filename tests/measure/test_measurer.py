@@ -112,6 +112,17 @@ def test_a_crash_gets_the_next_candidate_a_fresh_worker(measurer, kernels, matmu
     assert second != first and not is_alive(first) and is_alive(second)
 
 
+def test_the_run_worker_is_recycled_after_a_number_of_runs(measurer, kernels, matmul_task,
+                                                          inp, is_alive, monkeypatch):
+    from autosched.measure import local_runner
+
+    monkeypatch.setattr(local_runner, "RUNS_PER_WORKER", 1)
+    assert measurer.measure([inp(matmul_task, kernels.plain)])[0].ok
+    first = measurer.runner.worker_pid
+    assert measurer.measure([inp(matmul_task, kernels.vectorized)])[0].ok
+    assert measurer.runner.worker_pid != first and not is_alive(first)
+
+
 def test_real_workloads_pass_their_own_check(measurer, task_of, inp):
     """Unscheduled and reordered kernels of every example, several dtypes: no false alarm."""
     from tvm import s_tir
