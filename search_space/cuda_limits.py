@@ -112,21 +112,39 @@ def kernel_usage(func) -> list[KernelUsage]:
     return out
 
 
-def max_vthreads(mod) -> int:
-    """The most virtual threads nested in one loop nest of a scheduled module (they
-    disappear in lowering, so they are counted before it)."""
-    from tvm import tirx
+def _bindings(mod):
+    """(block name, virtual threads above it, whether a thread is bound above it) for
+    every block of a scheduled module but the root."""
+    from tvm import s_tir, tirx
 
-    best, stack = 1, [(mod["main"].body, 1)]
+    out, stack = [], [(mod["main"].body, 1, False, 0)]
     while stack:
-        node, acc = stack.pop()
-        if isinstance(node, tirx.For) and node.thread_binding is not None \
-                and str(node.thread_binding.thread_tag).startswith("vthread"):
-            acc *= int(node.extent)
-            best = max(best, acc)
+        node, vt, bound, depth = stack.pop()
+        if isinstance(node, tirx.For) and node.thread_binding is not None:
+            tag = str(node.thread_binding.thread_tag)
+            if tag.startswith("vthread"):
+                vt *= int(node.extent)
+            else:
+                bound = True
+        if isinstance(node, s_tir.SBlockRealize):
+            if depth > 0:
+                out.append((str(node.block.name_hint), vt, bound))
+            depth += 1
         for child in _stmt_children(node):
-            stack.append((child, acc))
-    return best
+            stack.append((child, vt, bound, depth))
+    return out
+
+
+def max_vthreads(mod) -> int:
+    """The most virtual threads nested above one block of a scheduled module (they
+    disappear in lowering, so they are counted before it)."""
+    return max([vt for _, vt, _ in _bindings(mod)] or [1])
+
+
+def host_blocks(mod) -> list[str]:
+    """Blocks with no GPU thread bound above them: code that would run on the host and
+    touch device memory there."""
+    return sorted({name for name, _, bound in _bindings(mod) if not bound})
 
 
 def _stmt_children(node):
@@ -176,9 +194,14 @@ def check_module(mod, target) -> str | None:
     from tvm.s_tir.analysis import verify_gpu_code
 
     limits = GpuLimits.of(target)
+    unbound = host_blocks(mod)
+    if unbound:
+        what = "block " + unbound[0] + " is" if len(unbound) == 1 else \
+            "blocks " + ", ".join(unbound) + " are"
+        return f"{what} not bound to GPU threads (would run on the host)"
     vt = max_vthreads(mod)
     if vt > limits.max_vthread:
-        return f"{vt} virtual threads in one loop nest; at most {limits.max_vthread}"
+        return f"{vt} virtual threads above one block; at most {limits.max_vthread}"
     try:
         func = lower_for_check(mod, target.tvm())
     except Exception as e:  # a lowering pass refused the schedule
