@@ -156,6 +156,7 @@ class PlannedLayer(nn.Module):
         off = LayerOffload(excluded, streams)
         with off.hooks():
             out = self.body(*args, **kwargs)
+        off.end_forward(release=self._schedule is None)
         if self._schedule is not None:
             self._schedule.live[self.index] = off
         else:

@@ -22,14 +22,16 @@ def fingerprint(model, layers) -> str:
 def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | None = None,
          allow_offload: bool | None = None, actions: list[str] | None = None,
          time_limit_s: float = 10.0, mip_gap: float = 1e-3, repeats: int = 5,
-         bandwidth_path=None, profile=None, kernel_ids: dict | None = None) -> Plan:
+         bandwidth_path=None, profile=None, kernel_ids: dict | None = None,
+         clock: str = "wall") -> Plan:
     """Profile `model` on `example_inputs` and choose an action per layer within the budget.
 
     memory_budget: bytes, or a string "2GiB" / "512MiB" / "1.5GB" / "60%" (a percentage of
     the activation memory the model saves without checkpointing). allow_offload: default
     on CUDA only (on the CPU host and device memory are the same RAM). `profile` reuses a
     ModelProfile (from profile_model) instead of measuring again. `kernel_ids` maps
-    autosched op names ("autosched::dense") to the record ids of their kernels.
+    autosched op names ("autosched::dense") to the record ids of their kernels. clock:
+    "wall" or "cpu" time for the measurements (see step.clock_fn).
     """
     from .layers import find_layers
     from .planner import solve
@@ -44,7 +46,7 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
             allow_offload = _on_cuda(model)
         profile = profile_model(model, inputs, loss_fn, layers=layers, actions=actions,
                                 allow_offload=allow_offload, repeats=repeats,
-                                bandwidth_path=bandwidth_path)
+                                bandwidth_path=bandwidth_path, clock=clock)
     budget = parse_budget(memory_budget, profile.keep_saved_bytes)
     solution = solve(profile, budget, time_limit_s, mip_gap)
     found = find_layers(model, profile.container)

@@ -2,9 +2,10 @@
 
 On CUDA: pinned host memory to and from the device, timed with CUDA events, and copies can
 run beside compute (copy engines): `overlap=True`. On the CPU there is no separate device
-memory and no copy engine: the number stored is the bandwidth of the copy the CPU offload
-path makes (a clone of a few-MiB buffer, fresh allocation included), and `overlap=False`
-(a copy occupies the core that would compute).
+memory and no copy engine: the number stored is the bandwidth of the copies the CPU offload
+path makes (clones of 1-4 MiB buffers into fresh memory that stays allocated, page faults
+included, timed with the profile's clock), and `overlap=False` (a copy occupies the core
+that would compute).
 """
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import json
 import os
 import platform
 import statistics
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,7 +20,6 @@ import torch
 
 FORMAT = 1
 DEFAULT_PATH = Path(os.path.expanduser("~/.cache/autosched/bandwidth.json"))
-CHUNK_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class Bandwidth:
                    str(d["source"]), str(d["device"]))
 
 
-def device_identity(device: torch.device) -> str:
+def device_identity(device: torch.device, clock: str = "wall") -> str:
     if device.type == "cuda":
         return f"cuda:{torch.cuda.get_device_name(device)}"
     cpu = platform.processor() or platform.machine()
@@ -50,23 +49,28 @@ def device_identity(device: torch.device) -> str:
                        cpu)
     except OSError:
         pass
-    return f"cpu:{cpu}:threads={torch.get_num_threads()}"
+    return f"cpu:{cpu}:threads={torch.get_num_threads()}:clock={clock}"
 
 
-def _time_cpu_copy(repeats: int = 15) -> float:
-    src = torch.ones(CHUNK_BYTES, dtype=torch.uint8)
-    for _ in range(3):
-        src.clone()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        src.clone()
-        times.append(time.perf_counter() - t0)
-    return CHUNK_BYTES / statistics.median(times)
+def _time_cpu_copy(clock: str, rounds: int = 5) -> float:
+    from .step import clock_fn
+
+    now = clock_fn(clock)
+    srcs = [torch.ones(n << 20, dtype=torch.uint8) for n in (1, 2, 4, 1, 3, 2, 4, 1)]
+    total = sum(s.numel() for s in srcs)
+    rates = []
+    for _ in range(rounds):
+        kept = []                   # like host copies: alive until backward, no reuse
+        t0 = now()
+        for s in srcs:
+            kept.append(s.clone())
+        rates.append(total / (now() - t0))
+        del kept
+    return statistics.median(rates)
 
 
 def _time_cuda_copy(device, to_device: bool, repeats: int = 10) -> float:
-    host = torch.ones(16 * CHUNK_BYTES, dtype=torch.uint8, pin_memory=True)
+    host = torch.ones(64 << 20, dtype=torch.uint8, pin_memory=True)
     dev = torch.empty(host.numel(), dtype=torch.uint8, device=device)
     src, dst = (host, dev) if to_device else (dev, host)
     dst.copy_(src, non_blocking=True)
@@ -82,26 +86,26 @@ def _time_cuda_copy(device, to_device: bool, repeats: int = 10) -> float:
     return host.numel() / statistics.median(times)
 
 
-def measure(device: torch.device) -> Bandwidth:
-    """Measure now (about a tenth of a second)."""
-    ident = device_identity(device)
+def measure(device: torch.device, clock: str = "wall") -> Bandwidth:
+    """Measure now (a fraction of a second)."""
+    ident = device_identity(device, clock)
     if device.type == "cuda":
         return Bandwidth(_time_cuda_copy(device, False), _time_cuda_copy(device, True), True,
                          "pinned host <-> device copies, CUDA events", ident)
-    bw = _time_cpu_copy()
-    return Bandwidth(bw, bw, False, "CPU memcpy (clone of 4 MiB buffers): no separate "
-                     "device memory on the CPU", ident)
+    bw = _time_cpu_copy(clock)
+    return Bandwidth(bw, bw, False, f"CPU memcpy into fresh buffers ({clock} clock): no "
+                     "separate device memory on the CPU", ident)
 
 
 def host_device_bandwidth(device: torch.device, path: str | os.PathLike | None = None,
-                          refresh: bool = False) -> Bandwidth:
+                          refresh: bool = False, clock: str = "wall") -> Bandwidth:
     """The stored bandwidth for this device, measuring and storing it the first time."""
     path = Path(path) if path is not None else DEFAULT_PATH
-    ident = device_identity(device)
+    ident = device_identity(device, clock)
     table = _read(path)
     if not refresh and ident in table.get("devices", {}):
         return Bandwidth.from_json(table["devices"][ident])
-    bw = measure(device)
+    bw = measure(device, clock)
     table.setdefault("devices", {})[ident] = bw.to_json()
     table["format"] = FORMAT
     _write(path, table)

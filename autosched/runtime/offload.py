@@ -26,7 +26,7 @@ MIN_OFFLOAD_BYTES = 1024      # smaller storages stay on the device (copy overhe
 
 @dataclass
 class _Handle:
-    key: tuple
+    entry: "_Stored"
     dtype: torch.dtype
     size: tuple
     stride: tuple
@@ -34,38 +34,42 @@ class _Handle:
 
 
 class _Stored:
-    """One storage: its host copy, and the device copy while it exists."""
+    """One storage: the original until its copy is safe, the host copy, the prefetched copy."""
 
-    def __init__(self, device_bytes: torch.Tensor):
-        self.device = device_bytes
+    def __init__(self, original: torch.Tensor):
+        self.original = original          # uint8 view of the whole device storage
         self.host = None
+        self.device = None                # the prefetched copy
         self.event = None
-        self.handles = 0        # saved slots pointing here
+        self.handles = 0                  # saved slots pointing here
         self.unpacked = 0
 
     def to_host(self, stream) -> None:
-        if self.device.is_cuda:
-            pinned = torch.empty(self.device.numel(), dtype=torch.uint8, pin_memory=True)
-            stream.wait_stream(torch.cuda.current_stream(self.device.device))
+        src = self.original
+        if src.is_cuda:
+            self.host = torch.empty(src.numel(), dtype=torch.uint8, pin_memory=True)
+            stream.wait_stream(torch.cuda.current_stream(src.device))
             with torch.cuda.stream(stream):
-                pinned.copy_(self.device, non_blocking=True)
+                self.host.copy_(src, non_blocking=True)
                 self.event = torch.cuda.Event()
                 self.event.record(stream)
-            self.host = pinned
         else:
-            self.host = self.device.clone()     # a separate tensor: the host copy
-            self.device = None
+            self.host = src.clone()       # a separate tensor: the host copy
 
-    def release_device(self) -> None:
+    def drop_original(self) -> None:
         if self.event is not None:
             self.event.synchronize()
             self.event = None
-        self.device = None
+        self.original = None
 
-    def to_device(self, device, stream) -> None:
+    def to_device(self, stream) -> None:
         if self.device is not None:
             return
-        if device.type == "cuda":
+        if self.original is not None:     # never released (the copy was not needed yet)
+            self.device = self.original
+            return
+        if self.host.device.type == "cpu" and stream is not None:
+            device = stream.device
             with torch.cuda.stream(stream):
                 self.device = torch.empty(self.host.numel(), dtype=torch.uint8, device=device)
                 self.device.copy_(self.host, non_blocking=True)
@@ -89,8 +93,8 @@ class LayerOffload:
     def __init__(self, excluded_keys: set, streams=None):
         self.excluded = excluded_keys
         self.streams = streams          # (offload stream, prefetch stream) on CUDA
-        self.stored: dict = {}
-        self.device = None
+        self.entries: list[_Stored] = []
+        self._by_key: dict = {}         # only while the forward runs: keys are unique then
 
     def hooks(self):
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
@@ -101,21 +105,21 @@ class LayerOffload:
                 or key[3] < MIN_OFFLOAD_BYTES):
             report_saved(t)
             return t
-        entry = self.stored.get(key)
+        entry = self._by_key.get(key)
         if entry is None:
             raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
-            entry = self.stored[key] = _Stored(raw)
+            entry = self._by_key[key] = _Stored(raw)
             entry.to_host(self.streams[0] if self.streams else None)
             report_saved(entry.host, "host")
-            self.device = t.device
+            self.entries.append(entry)
         entry.handles += 1
-        return _Handle(key, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+        return _Handle(entry, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
     def _unpack(self, packed):
         if not isinstance(packed, _Handle):
             return packed
-        entry = self.stored[packed.key]
-        entry.to_device(self.device, self.streams[1] if self.streams else None)
+        entry = packed.entry
+        entry.to_device(self.streams[1] if self.streams else None)
         raw = entry.ready()
         out = torch.empty(0, dtype=packed.dtype, device=raw.device)
         out.set_(raw.untyped_storage(), packed.offset, packed.size, packed.stride)
@@ -124,16 +128,22 @@ class LayerOffload:
             entry.device = None     # backward holds what it unpacked; the host copy stays
         return out
 
+    def end_forward(self, release: bool) -> None:
+        """The layer's forward is over: storage keys may be reused from now on. With
+        `release` (always on the CPU) the originals go now, else at release_device_copies."""
+        self._by_key.clear()
+        if release or not self.streams:
+            self.release_device_copies()
+
     def release_device_copies(self) -> None:
         """End of the offload window: wait for the device-to-host copies, free the originals."""
-        for entry in self.stored.values():
-            if entry.host is not None and entry.device is not None and entry.event is not None:
-                entry.release_device()
+        for entry in self.entries:
+            entry.drop_original()
 
     def prefetch(self) -> None:
         """Start bringing every stored storage back to the device."""
-        for entry in self.stored.values():
-            entry.to_device(self.device, self.streams[1] if self.streams else None)
+        for entry in self.entries:
+            entry.to_device(self.streams[1] if self.streams else None)
 
 
 def make_streams(device: torch.device):

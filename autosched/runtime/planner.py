@@ -167,13 +167,25 @@ def smallest_feasible_bytes(profile, time_limit_s: float = 10.0) -> int:
 def solve(profile, budget_bytes: int, time_limit_s: float = 10.0, mip_gap: float = 1e-3
           ) -> Solution:
     """The fastest predicted assignment whose saved-activation memory fits `budget_bytes`."""
+    from .costmodel import predict
+
     model = _Model(profile)
     row, fixed = model.memory_row()
     c = model.time_objective() + row * 1e-6        # ties: prefer the smaller memory
     t0 = time.perf_counter()
-    res = _solve(model, c, [(row, -np.inf, (budget_bytes + 0.5) / MIB - fixed)], time_limit_s, mip_gap)
+    limit = budget_bytes
+    for _ in range(3):
+        # The solver's tolerances are in MiB; an answer over the exact budget by a few
+        # bytes is solved again with the budget lowered by the excess.
+        res = _solve(model, c, [(row, -np.inf, limit / MIB - fixed)], time_limit_s, mip_gap)
+        if res.x is None:
+            break
+        excess = predict(profile, model.assignment(res.x)).saved_bytes - budget_bytes
+        if excess <= 0:
+            break
+        limit -= excess + 1
     elapsed = time.perf_counter() - t0
-    if res.x is None:
+    if res.x is None or excess > 0:
         least = smallest_feasible_bytes(profile, time_limit_s)
         if least > budget_bytes:
             raise UserError(

@@ -25,7 +25,7 @@ from .bandwidth import Bandwidth, host_device_bandwidth
 from .layers import CallCapture, find_container, find_layers, tensors_in
 from .memeff import swappable
 from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
-from .step import compute_loss, measure_step
+from .step import clock_fn, compute_loss, measure_step
 from .trace import COMPUTE_HEAVY, attention_cores, trace_ops
 
 
@@ -84,24 +84,27 @@ def _grad_targets(out):
     return outs, [torch.ones_like(t) for t in outs]
 
 
-def _run_once(body, call, meter=None):
+def _run_once(body, call, meter=None, now=time.perf_counter):
     args, kwargs = _detached(call.args), _detached(call.kwargs)
-    t0 = time.perf_counter()
+    t0 = now()
     if meter is not None:
         with meter:
             out = body(*args, **kwargs)
     else:
         out = body(*args, **kwargs)
-    t1 = time.perf_counter()
+    if isinstance(out, torch.Tensor) and out.is_cuda:
+        torch.cuda.synchronize()
+    t1 = now()
     outs, grads = _grad_targets(out)
     if outs:
         torch.autograd.backward(outs, grads)
     if outs and outs[0].is_cuda:
         torch.cuda.synchronize()
-    return t1 - t0, time.perf_counter() - t1, out
+    return t1 - t0, now() - t1, out
 
 
-def _profile_action(body, call, exclude, shared_ids, out_ids, repeats) -> ActionCost:
+def _saved_by(body, call, exclude, shared_ids, out_ids) -> tuple[int, frozenset, int]:
+    """(own device bytes, shared storages saved on the device, host bytes) of one forward."""
     meter = SavedTensorMeter(exclude)
     _, _, out = _run_once(body, call, meter)
     own_out = {storage_key(t): out_ids[i] for i, t in enumerate(tensors_in(out))
@@ -116,17 +119,29 @@ def _profile_action(body, call, exclude, shared_ids, out_ids, repeats) -> Action
             shared.add(own_out[key])
         else:
             internal += entry.nbytes
-    host = meter.host_bytes
     meter.release()
-    del out
-    _run_once(body, call)                                   # warm-up
+    return internal, frozenset(shared), meter.host_bytes
+
+
+def _time_samples(body, call, repeats, now) -> tuple[list, list]:
+    _run_once(body, call, now=now)                          # warm-up
     fwd, bwd = [], []
     for _ in range(repeats):
-        f, b, _ = _run_once(body, call)
+        f, b, _ = _run_once(body, call, now=now)
         fwd.append(f)
         bwd.append(b)
-    return ActionCost(statistics.median(fwd), statistics.median(bwd), internal,
-                      frozenset(shared), host)
+    return fwd, bwd
+
+
+def signature(module, call) -> str:
+    """Layers with equal signatures (structure, parameter and input shapes) time alike."""
+    parts = [(n, type(m).__qualname__, [(k, tuple(p.shape), str(p.dtype))
+                                        for k, p in m.named_parameters(recurse=False)])
+             for n, m in module.named_modules()]
+    parts.append([(tuple(t.shape), str(t.dtype), t.requires_grad)
+                  for t in tensors_in((call.args, call.kwargs))])
+    parts.append(sorted(call.kwargs))
+    return repr(parts)
 
 
 def applicable_actions(module, trace, allow_offload: bool) -> list[str]:
@@ -150,21 +165,25 @@ def applicable_actions(module, trace, allow_offload: bool) -> list[str]:
 def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
                   actions: list[str] | None = None, allow_offload: bool = False,
                   repeats: int = 5, bandwidth: Bandwidth | None = None,
-                  bandwidth_path=None) -> ModelProfile:
-    """Measure everything the planner needs (see the module docstring)."""
+                  bandwidth_path=None, clock: str = "wall") -> ModelProfile:
+    """Measure everything the planner needs (see the module docstring).
+
+    clock: "wall" or "cpu" (see step.clock_fn); predictions are in the same clock.
+    """
+    clock_fn(clock)
     found = find_layers(model, layers)
     container, _ = find_container(model, layers)
     saved_grads = {p: p.grad for p in model.parameters()}
     try:
         return _profile(model, inputs, loss_fn, found, container, layers is not None, actions,
-                        allow_offload, repeats, bandwidth, bandwidth_path)
+                        allow_offload, repeats, bandwidth, bandwidth_path, clock)
     finally:
         for p, g in saved_grads.items():
             p.grad = g
 
 
 def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_offload,
-             repeats, bandwidth, bandwidth_path) -> ModelProfile:
+             repeats, bandwidth, bandwidth_path, clock) -> ModelProfile:
     exclude = model_state(model)
     meter = SavedTensorMeter(exclude)
     capture = CallCapture(found, on_enter=lambda n: setattr(meter, "context", n),
@@ -191,28 +210,53 @@ def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_
     keep_bytes = meter.device_bytes
     meter.release()
     device = next((t.device for t in exclude), torch.device("cpu"))
-    step = measure_step(model, inputs, loss_fn, repeats=repeats)
-    profiles = []
+    step = measure_step(model, inputs, loss_fn, repeats=repeats, clock=clock)
+    profiles = _profile_layers(found, calls, exclude, shared_ids, out_ids, actions,
+                               allow_offload, repeats, clock_fn(clock))
+    step2 = measure_step(model, inputs, loss_fn, repeats=repeats, clock=clock)
+    keep_time = statistics.median(step.times_s + step2.times_s)
+    rest_time = keep_time - sum(p.options["keep"].time_s for p in profiles)
+    bw = bandwidth or host_device_bandwidth(device, bandwidth_path, clock=clock)
+    return ModelProfile(profiles, shared_bytes, rest_bytes, frozenset(rest_shared), rest_time,
+                        keep_time, keep_bytes, bw, str(device), container,
+                        "given" if explicit else "largest ModuleList/Sequential")
+
+
+def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_offload,
+                    repeats, now) -> list[LayerProfile]:
+    """Bytes per layer and action; times pooled over layers with the same signature (each
+    runs `repeats` times, the median is over all their runs), so identical blocks get the
+    same, steadier, numbers."""
+    info, groups = {}, {}
     for layer in found:
         call = calls[layer.name]
         trace = trace_ops(layer.module, call.args, call.kwargs)
         names = [n for n in applicable_actions(layer.module, trace, allow_offload)
                  if actions is None or n in actions]
-        cores = attention_cores(layer.module, trace)
-        options = {}
-        for name in names:
-            body = PlannedLayer(layer.module, ACTIONS[name], layer.index, None, cores)
-            options[name] = _profile_action(body, call, exclude, shared_ids,
-                                            out_ids[layer.name], repeats)
+        info[layer.name] = (trace, names, attention_cores(layer.module, trace))
+        groups.setdefault(signature(layer.module, call), []).append(layer)
+    saved, times = {}, {}
+    for members in groups.values():
+        for name in info[members[0].name][1]:
+            fwd, bwd = [], []
+            for layer in members:
+                body = PlannedLayer(layer.module, ACTIONS[name], layer.index, None,
+                                    info[layer.name][2])
+                call = calls[layer.name]
+                saved[layer.name, name] = _saved_by(body, call, exclude, shared_ids,
+                                                    out_ids[layer.name])
+                f, b = _time_samples(body, call, repeats, now)
+                fwd += f
+                bwd += b
+            for layer in members:
+                times[layer.name, name] = (statistics.median(fwd), statistics.median(bwd))
+    profiles = []
+    for layer in found:
+        trace, names, cores = info[layer.name]
+        options = {n: ActionCost(*times[layer.name, n], *saved[layer.name, n]) for n in names}
         profiles.append(LayerProfile(layer.name, layer.index, options, trace.custom_ops(),
                                      cores, swappable(layer.module)))
-    step2 = measure_step(model, inputs, loss_fn, repeats=repeats)
-    keep_time = statistics.median(step.times_s + step2.times_s)
-    rest_time = keep_time - sum(p.options["keep"].time_s for p in profiles)
-    bw = bandwidth or host_device_bandwidth(device, bandwidth_path)
-    return ModelProfile(profiles, shared_bytes, rest_bytes, frozenset(rest_shared), rest_time,
-                        keep_time, keep_bytes, bw, str(device), container,
-                        "given" if explicit else "largest ModuleList/Sequential")
+    return profiles
 
 
 def _share(t, ids: dict, sizes: dict) -> int:
@@ -221,3 +265,14 @@ def _share(t, ids: dict, sizes: dict) -> int:
         ids[key] = len(ids)
         sizes[ids[key]] = key[3] if key else 0
     return ids[key]
+
+
+def restrict(profile: ModelProfile, allowed) -> ModelProfile:
+    """The same profile offering only the `allowed` actions (keep is always kept)."""
+    import dataclasses
+
+    allowed = set(allowed) | {"keep"}
+    layers = [dataclasses.replace(layer, options={n: c for n, c in layer.options.items()
+                                                  if n in allowed})
+              for layer in profile.layers]
+    return dataclasses.replace(profile, layers=layers)

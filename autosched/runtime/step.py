@@ -13,6 +13,20 @@ from dataclasses import dataclass
 import torch
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def clock_fn(clock: str):
+    """'wall' (elapsed time) or 'cpu' (this process's CPU time: on a shared machine it leaves
+    out the time other processes hold the cores; equal to wall time for a single-threaded
+    CPU step on an idle machine, meaningless for GPU work)."""
+    try:
+        return CLOCKS[clock]
+    except KeyError:
+        from ..errors import UserError
+        raise UserError(f"clock must be one of {sorted(CLOCKS)}, got {clock!r}") from None
+
+
 def compute_loss(model, inputs, loss_fn=None) -> torch.Tensor:
     out = model(*inputs)
     if loss_fn is not None:
@@ -43,9 +57,10 @@ class StepMeasurement:
     times_s: tuple
 
 
-def measure_step(model, inputs, loss_fn=None, repeats: int = 5, warmup: int = 1
-                 ) -> StepMeasurement:
+def measure_step(model, inputs, loss_fn=None, repeats: int = 5, warmup: int = 1,
+                 clock: str = "wall") -> StepMeasurement:
     """Saved-activation bytes (one metered step) and the median time of `repeats` steps."""
+    now = clock_fn(clock)
     from .meter import SavedTensorMeter, model_state
 
     with SavedTensorMeter(model_state(model)) as meter:
@@ -58,10 +73,10 @@ def measure_step(model, inputs, loss_fn=None, repeats: int = 5, warmup: int = 1
     times = []
     for _ in range(repeats):
         zero_grads(model)
-        t0 = time.perf_counter()
+        t0 = now()
         training_step(model, inputs, loss_fn)
         _sync(inputs)
-        times.append(time.perf_counter() - t0)
+        times.append(now() - t0)
     zero_grads(model)
     return StepMeasurement(meter.device_bytes, meter.host_bytes, statistics.median(times),
                            tuple(times))
