@@ -48,6 +48,9 @@ def _check(args) -> None:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
     if args.output and os.path.isdir(args.output):
         raise UserError(f"-o {args.output}: is a directory")
+    if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+        raise UserError(f"-o {args.output}: folder "
+                        f"{os.path.dirname(os.path.abspath(args.output))} does not exist")
 
 
 def run(args) -> int:

@@ -19,7 +19,11 @@ from pathlib import Path
 import torch
 
 FORMAT = 1
-DEFAULT_PATH = Path(os.path.expanduser("~/.cache/autosched/bandwidth.json"))
+
+
+def default_path() -> Path:
+    """~/.cache/autosched/bandwidth.json (read when a plan is made, not at import)."""
+    return Path(os.path.expanduser("~/.cache/autosched/bandwidth.json"))
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ def measure(device: torch.device, clock: str = "wall") -> Bandwidth:
 def host_device_bandwidth(device: torch.device, path: str | os.PathLike | None = None,
                           refresh: bool = False, clock: str = "wall") -> Bandwidth:
     """The stored bandwidth for this device, measuring and storing it the first time."""
-    path = Path(path) if path is not None else DEFAULT_PATH
+    path = Path(path) if path is not None else default_path()
     ident = device_identity(device, clock)
     table = _read(path)
     if not refresh and ident in table.get("devices", {}):
