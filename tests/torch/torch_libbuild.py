@@ -1,0 +1,66 @@
+"""Build small kernel libraries for the tests, in the format `autosched export` writes.
+
+The kernels are unscheduled (correct, not fast): the tests are about the torch integration,
+not about tuning. `write_manifest` is separate so tests can write broken manifests.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from autosched.target import resolve_target
+from autosched.versions import current_versions
+from autosched.workload import load_op_file, make_task
+
+REPO = Path(__file__).resolve().parents[2]
+NN_OPS = REPO / "examples" / "nn_ops.py"
+
+
+def _symbols(tasks) -> list[str]:
+    counts = {}
+    for t in tasks:
+        counts[t.workload] = counts.get(t.workload, 0) + 1
+    return [t.workload if counts[t.workload] == 1 else f"{t.workload}__{t.key[:8]}"
+            for t in tasks]
+
+
+def kernel_entry(task, symbol: str, meta: dict) -> dict:
+    return {"symbol": symbol, "workload": task.workload, "args": dict(task.args),
+            "task_key": task.key, "inputs": [s.to_json() for s in task.inputs],
+            "outputs": [s.to_json() for s in task.outputs], "record_id": None,
+            "latency_s": None, "candidate": None, "meta": meta}
+
+
+def write_manifest(directory: Path, target, kernels: list[dict], **overrides) -> Path:
+    import tvm_ffi
+
+    versions = dict(current_versions("1"), tvm_ffi=tvm_ffi.__version__)
+    manifest = {"format": 1, "library": "kernels.so", "target": target.config,
+                "target_key": target.key, "hardware": target.fingerprint,
+                "versions": versions, "kernels": kernels}
+    manifest.update(overrides)
+    path = Path(directory) / "manifest.json"
+    path.write_text(json.dumps(manifest, indent=1))
+    return path
+
+
+def build_library(directory, selection: dict[str, list[dict]], op_file=NN_OPS,
+                  target_text: str = "llvm") -> Path:
+    """Compile the workloads of `op_file` named in `selection` (workload -> argument sets,
+    each merged over the workload's defaults) into DIR/kernels.so + DIR/manifest.json."""
+    import tvm
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    defs = load_op_file(str(op_file))
+    tasks = [make_task(defs[name], dict(defs[name].params, **args))
+             for name, arg_sets in selection.items() for args in arg_sets]
+    symbols = _symbols(tasks)
+    funcs = {sym: t.func.with_attr("global_symbol", sym) for t, sym in zip(tasks, symbols)}
+    target = resolve_target(target_text)
+    tvm.compile(tvm.IRModule(funcs), target=target.tvm()).export_library(
+        str(directory / "kernels.so"))
+    kernels = [kernel_entry(t, sym, dict(defs[t.workload].meta))
+               for t, sym in zip(tasks, symbols)]
+    write_manifest(directory, target, kernels)
+    return directory
