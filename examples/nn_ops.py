@@ -50,7 +50,8 @@ def linear(M=128, N=256, K=64, dtype="float32"):
     w = te.placeholder((N, K), name="w", dtype=dtype)
     b = te.placeholder((N,), name="b", dtype=dtype)
     k = te.reduce_axis((0, K), name="k")
-    y = te.compute((M, N), lambda i, j: te.sum(x[i, k] * w[j, k], axis=k) + b[j], name="y")
+    xw = te.compute((M, N), lambda i, j: te.sum(x[i, k] * w[j, k], axis=k), name="xw")
+    y = te.compute((M, N), lambda i, j: xw[i, j] + b[j], name="y")
     return x, w, b, y
 
 
@@ -179,13 +180,18 @@ def softmax_grad(M=128, N=256, dtype="float32"):
 
 # ---------------------------------------------------------------- layer normalisation over rows
 
+def _row_mean(f, M, N, dtype, name):
+    """mean_j f(i, j) for each row i (a reduction, then a division: TE allows reductions
+    only at the top level of a compute)."""
+    k = te.reduce_axis((0, N), name=f"k_{name}")
+    total = te.compute((M,), lambda i: te.sum(f(i, k), axis=k), name=f"{name}_sum")
+    return te.compute((M,), lambda i: total[i] / te.const(N, dtype), name=name)
+
+
 def _row_stats(x, M, N, eps, dtype):
     """Mean and 1/std of each row of x."""
-    k1 = te.reduce_axis((0, N), name="k1")
-    mean = te.compute((M,), lambda i: te.sum(x[i, k1], axis=k1) / te.const(N, dtype), name="mean")
-    k2 = te.reduce_axis((0, N), name="k2")
-    var = te.compute((M,), lambda i: te.sum((x[i, k2] - mean[i]) * (x[i, k2] - mean[i]), axis=k2)
-                     / te.const(N, dtype), name="var")
+    mean = _row_mean(lambda i, j: x[i, j], M, N, dtype, "mean")
+    var = _row_mean(lambda i, j: (x[i, j] - mean[i]) * (x[i, j] - mean[i]), M, N, dtype, "var")
     rstd = te.compute((M,), lambda i: te.rsqrt(var[i] + te.const(eps, dtype)), name="rstd")
     return mean, rstd
 
@@ -215,12 +221,8 @@ def layer_norm_grad_x(M=128, N=256, eps=1e-5, dtype="float32"):
     mean, rstd = _row_stats(x, M, N, eps, dtype)
     xhat = te.compute((M, N), lambda i, j: (x[i, j] - mean[i]) * rstd[i], name="xhat")
     g = te.compute((M, N), lambda i, j: dy[i, j] * gamma[j], name="g")
-    k1 = te.reduce_axis((0, N), name="k1")
-    g_mean = te.compute((M,), lambda i: te.sum(g[i, k1], axis=k1) / te.const(N, dtype),
-                        name="g_mean")
-    k2 = te.reduce_axis((0, N), name="k2")
-    gx_mean = te.compute((M,), lambda i: te.sum(g[i, k2] * xhat[i, k2], axis=k2)
-                         / te.const(N, dtype), name="gx_mean")
+    g_mean = _row_mean(lambda i, j: g[i, j], M, N, dtype, "g_mean")
+    gx_mean = _row_mean(lambda i, j: g[i, j] * xhat[i, j], M, N, dtype, "gx_mean")
     dx = te.compute((M, N), lambda i, j: rstd[i] * (g[i, j] - g_mean[i] - xhat[i, j] * gx_mean[i]),
                     name="dx")
     return x, gamma, dy, dx

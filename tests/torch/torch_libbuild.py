@@ -1,13 +1,14 @@
 """Build small kernel libraries for the tests, in the format `autosched export` writes.
 
 The kernels are unscheduled (correct, not fast): the tests are about the torch integration,
-not about tuning. `write_manifest` is separate so tests can write broken manifests.
+not about tuning, and export needs tuning records. `write_manifest` is separate so tests can write broken manifests.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from autosched.export import kernel_symbols
 from autosched.target import resolve_target
 from autosched.versions import current_versions
 from autosched.workload import load_op_file, make_task
@@ -16,19 +17,11 @@ REPO = Path(__file__).resolve().parents[2]
 NN_OPS = REPO / "examples" / "nn_ops.py"
 
 
-def _symbols(tasks) -> list[str]:
-    counts = {}
-    for t in tasks:
-        counts[t.workload] = counts.get(t.workload, 0) + 1
-    return [t.workload if counts[t.workload] == 1 else f"{t.workload}__{t.key[:8]}"
-            for t in tasks]
-
-
 def kernel_entry(task, symbol: str, meta: dict) -> dict:
     return {"symbol": symbol, "workload": task.workload, "args": dict(task.args),
             "task_key": task.key, "inputs": [s.to_json() for s in task.inputs],
             "outputs": [s.to_json() for s in task.outputs], "record_id": None,
-            "latency_s": None, "candidate": None, "meta": meta}
+            "latency_s": None, "flops": task.flops, "candidate": None, "meta": meta}
 
 
 def write_manifest(directory: Path, target, kernels: list[dict], **overrides) -> Path:
@@ -55,7 +48,7 @@ def build_library(directory, selection: dict[str, list[dict]], op_file=NN_OPS,
     defs = load_op_file(str(op_file))
     tasks = [make_task(defs[name], dict(defs[name].params, **args))
              for name, arg_sets in selection.items() for args in arg_sets]
-    symbols = _symbols(tasks)
+    symbols = kernel_symbols(tasks)
     funcs = {sym: t.func.with_attr("global_symbol", sym) for t, sym in zip(tasks, symbols)}
     target = resolve_target(target_text)
     tvm.compile(tvm.IRModule(funcs), target=target.tvm()).export_library(
