@@ -57,3 +57,33 @@ def build_library(directory, selection: dict[str, list[dict]], op_file=NN_OPS,
                for t, sym in zip(tasks, symbols)]
     write_manifest(directory, target, kernels)
     return directory
+
+
+# The library the tests use: small shapes of every op in examples/nn_ops.py.
+F64 = {"dtype": "float64"}
+# Two float32 linear shapes (dispatch over variants), the MLP of the training test, and a
+# float64 shape per op for gradcheck.
+LINEAR = [{"M": 8, "N": 6, "K": 4}, {"M": 8, "N": 3, "K": 6}, {"M": 4, "N": 3, "K": 5, **F64},
+          {"M": 16, "N": 12, "K": 8}, {"M": 16, "N": 4, "K": 12}]
+MATMUL = [{"M": 8, "N": 5, "K": 6}, {"M": 3, "N": 4, "K": 2, **F64}]
+ROWS = [{"M": 8, "N": 16}, {"M": 4, "N": 5, **F64}, {"M": 16, "N": 12}]
+MLP_SHAPES = {"batch": 16, "d_in": 8, "hidden": 12, "d_out": 4}
+
+
+def _rows(shapes):
+    out = []
+    for s in shapes:
+        r = {k: v for k, v in s.items() if k != "K"}
+        if r not in out:
+            out.append(r)
+    return out
+
+
+TEST_SELECTION = {
+    "linear": LINEAR, "linear_grad_x": LINEAR, "linear_grad_w": LINEAR,
+    "linear_grad_b": _rows(LINEAR),
+    "matmul": MATMUL, "matmul_grad_a": MATMUL, "matmul_grad_b": MATMUL,
+    "gelu": ROWS, "gelu_grad": ROWS, "softmax": ROWS, "softmax_grad": ROWS,
+    "layer_norm": ROWS, "layer_norm_grad_x": ROWS, "layer_norm_grad_gamma": ROWS,
+    "layer_norm_grad_beta": ROWS,
+}
