@@ -134,8 +134,8 @@ def _kernel(item, i: int, where: str) -> KernelEntry:
     )
     if not entry.workload.isidentifier():
         raise LibraryError(f"{at}: workload name {entry.workload!r} is not an identifier")
-    if not entry.outputs:
-        raise LibraryError(f"{at}: a kernel needs at least one output")
+    if not entry.inputs or not entry.outputs:
+        raise LibraryError(f"{at}: a kernel needs at least one input and one output")
     names = [s.name for s in entry.inputs + entry.outputs]
     if len(set(names)) != len(names):
         raise LibraryError(f"{at}: tensor names repeat: {names}")
@@ -196,9 +196,13 @@ def read_manifest(directory) -> Manifest:
     symbols = [k.symbol for k in kernels]
     if len(set(symbols)) != len(symbols):
         raise LibraryError(f"{where}: kernel symbols repeat")
+    library = _need(data, "library", str, where)
+    if Path(library).name != library:
+        raise LibraryError(f"{where}: library name {library!r} must be a file in the "
+                           "library directory")
     target = _need(data, "target", dict, where)
     _need(target, "kind", str, f"{where}: target")
-    return Manifest(directory=directory, library=_need(data, "library", str, where),
+    return Manifest(directory=directory, library=library,
                     target=target, target_key=str(data.get("target_key", "")),
                     hardware=dict(data.get("hardware") or {}),
                     versions=_need(data, "versions", dict, where), kernels=kernels)

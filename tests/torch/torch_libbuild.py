@@ -37,8 +37,25 @@ def write_manifest(directory: Path, target, kernels: list[dict], **overrides) ->
     return path
 
 
+def parallel_outer_loops(func):
+    """A light schedule: each block's outermost (spatial) loop runs on the thread pool, so
+    the kernels use TVM's runtime (thread pool, workspaces) like tuned ones do."""
+    import tvm
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        loops = sch.get_loops(block)
+        if loops:
+            try:
+                sch.parallel(loops[0])
+            except Exception:  # e.g. a reduction as the outer loop: leave it serial
+                pass
+    return sch.mod["main"]
+
+
 def build_library(directory, selection: dict[str, list[dict]], op_file=NN_OPS,
-                  target_text: str = "llvm") -> Path:
+                  target_text: str = "llvm", parallel: bool = True) -> Path:
     """Compile the workloads of `op_file` named in `selection` (workload -> argument sets,
     each merged over the workload's defaults) into DIR/kernels.so + DIR/manifest.json."""
     import tvm
@@ -49,7 +66,8 @@ def build_library(directory, selection: dict[str, list[dict]], op_file=NN_OPS,
     tasks = [make_task(defs[name], dict(defs[name].params, **args))
              for name, arg_sets in selection.items() for args in arg_sets]
     symbols = kernel_symbols(tasks)
-    funcs = {sym: t.func.with_attr("global_symbol", sym) for t, sym in zip(tasks, symbols)}
+    light = parallel_outer_loops if parallel else (lambda f: f)
+    funcs = {sym: light(t.func).with_attr("global_symbol", sym) for t, sym in zip(tasks, symbols)}
     target = resolve_target(target_text)
     tvm.compile(tvm.IRModule(funcs), target=target.tvm()).export_library(
         str(directory / "kernels.so"))
