@@ -153,3 +153,14 @@ def test_manifest_round_trip_keeps_backward_pairing(nn_library):
         ("x", "linear_grad_x", ("grad:y", "w")), ("w", "linear_grad_w", ("grad:y", "x")),
         ("b", "linear_grad_b", ("grad:y",))]
     assert linear.torch_reference == "nn_reference:linear"
+
+
+def test_cuda_runtime_without_a_driver_is_a_clear_error():
+    import ctypes.util
+
+    from autosched.torch import loader
+
+    if ctypes.util.find_library("cuda"):
+        pytest.skip("this machine has a CUDA driver")
+    with pytest.raises(at.LibraryError, match="libcuda.so.1"):
+        loader._load_cuda_runtime()
