@@ -1,7 +1,8 @@
 """Build small kernel libraries for the tests, in the format `autosched export` writes.
 
-The kernels are unscheduled (correct, not fast): the tests are about the torch integration,
-not about tuning, and export needs tuning records. `write_manifest` is separate so tests can write broken manifests.
+The kernels are lightly scheduled (parallel outer loops: correct, not fast): the tests are
+about the torch integration, not about tuning, and `autosched export` needs tuning records.
+test_export_format.py checks that a manifest written by export's own code loads the same.
 """
 from __future__ import annotations
 
@@ -54,25 +55,30 @@ def parallel_outer_loops(func):
     return sch.mod["main"]
 
 
+def make_tasks(selection: dict[str, list[dict]], op_file=NN_OPS):
+    """Tasks of the workloads named in `selection` (workload -> argument sets, each merged
+    over the workload's defaults), and each task's workload metadata."""
+    defs = load_op_file(str(op_file))
+    tasks = [make_task(defs[name], dict(defs[name].params, **args))
+             for name, arg_sets in selection.items() for args in arg_sets]
+    return tasks, [dict(defs[t.workload].meta) for t in tasks]
+
+
 def build_library(directory, selection: dict[str, list[dict]], op_file=NN_OPS,
                   target_text: str = "llvm", parallel: bool = True) -> Path:
-    """Compile the workloads of `op_file` named in `selection` (workload -> argument sets,
-    each merged over the workload's defaults) into DIR/kernels.so + DIR/manifest.json."""
+    """Compile the selected workloads of `op_file` into DIR/kernels.so + DIR/manifest.json."""
     import tvm
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    defs = load_op_file(str(op_file))
-    tasks = [make_task(defs[name], dict(defs[name].params, **args))
-             for name, arg_sets in selection.items() for args in arg_sets]
+    tasks, metas = make_tasks(selection, op_file)
     symbols = kernel_symbols(tasks)
     light = parallel_outer_loops if parallel else (lambda f: f)
     funcs = {sym: light(t.func).with_attr("global_symbol", sym) for t, sym in zip(tasks, symbols)}
     target = resolve_target(target_text)
     tvm.compile(tvm.IRModule(funcs), target=target.tvm()).export_library(
         str(directory / "kernels.so"))
-    kernels = [kernel_entry(t, sym, dict(defs[t.workload].meta))
-               for t, sym in zip(tasks, symbols)]
+    kernels = [kernel_entry(t, sym, meta) for t, sym, meta in zip(tasks, symbols, metas)]
     write_manifest(directory, target, kernels)
     return directory
 
