@@ -54,6 +54,10 @@ def _lg(x: float) -> float:
     return math.log2(1.0 + max(float(x), 0.0))
 
 
+def _pad(values: list, n: int) -> list:
+    return values + [0.0] * (n - len(values))
+
+
 def _prod(values) -> int:
     out = 1
     for v in values:
@@ -66,8 +70,10 @@ def _store_names(cfg: FeatureConfig) -> list[str]:
     names += ["loops", "loops_gt1", "parallel", "n_parallel", "vector", "vector_contig",
               "unroll_explicit", "unroll_auto"]
     names += [f"inner_{i}" for i in range(_INNER_LEVELS)] + [f"outer_{i}" for i in range(_OUTER_LEVELS)]
+    names += [f"inner_work_{i + 1}" for i in range(_INNER_LEVELS)]
     names += ["stride_write", "stride_read_mean", "stride_read_max", "reads_contig", "reads_zero"]
-    names += ["blocks", "threads", "vthreads", "fp_inner", "fp_total"]
+    names += ["blocks", "threads", "vthreads", "fp_total"]
+    names += [f"fp_inner_{i + 1}" for i in range(_INNER_LEVELS)]
     for c in cfg.caches:
         names += [f"traffic_{c >> 10}k", f"intensity_{c >> 10}k"]
     names += ["n_reads", "n_buffers", "scope_global", "scope_shared", "scope_local"]
@@ -83,7 +89,8 @@ _PROGRAM_NAMES = ["n_stores", "flops", "iters", "alloc_global", "alloc_shared", 
 
 
 def _decision_names() -> list[str]:
-    names = [f"tile{t}_{p}" for t in range(_TILE_SLOTS) for p in range(_TILE_PARTS)]
+    names = [f"tile{t}_{p}" for t in range(_TILE_SLOTS)
+             for p in ("inner1", "inner2", "inner3", "outer")]
     return names + [f"choice{c}" for c in range(_CHOICE_SLOTS)]
 
 
@@ -135,10 +142,13 @@ def _loop_features(st: Store) -> list[float]:
         vec_contig = sum(1 for s in strides if s in (0, 1)) / len(strides)
     inner = [_lg(lp.extent) for lp in reversed(loops)][:_INNER_LEVELS]
     outer = [_lg(lp.extent) for lp in loops][:_OUTER_LEVELS]
+    # work of the innermost k loops: the tile sizes per tiling level, whatever the sketch
+    work = [_lg(_prod(lp.extent for lp in loops[len(loops) - k:]))
+            for k in range(1, min(_INNER_LEVELS, len(loops)) + 1)]
     return [len(loops), sum(1 for lp in loops if lp.extent > 1), _lg(_prod(par)), len(par),
             _lg(_prod(lp.extent for lp in vec)), vec_contig,
             _lg(_prod(lp.extent for lp in loops if lp.kind == "unrolled")), _lg(st.unroll)] + \
-        inner + [0.0] * (_INNER_LEVELS - len(inner)) + outer + [0.0] * (_OUTER_LEVELS - len(outer))
+        _pad(inner, _INNER_LEVELS) + _pad(outer, _OUTER_LEVELS) + _pad(work, _INNER_LEVELS)
 
 
 def _access_features(st: Store) -> list[float]:
@@ -164,8 +174,10 @@ def _store_vector(s: _StoreStats, cfg: FeatureConfig) -> list[float]:
     st = s.store
     v = [_lg(s.iters), _lg(s.flops)] + [_lg(st.ops.get(o, 0)) for o in _OPS]
     v += _loop_features(st) + _access_features(st) + _thread_features(st)
-    v += [_lg(s.footprints[-2] if len(s.footprints) > 1 else s.footprints[-1]),
-          _lg(s.footprints[0])]
+    fps = s.footprints  # fps[L]: bytes touched by loops L..n-1; fps[n]: one iteration
+    v += [_lg(fps[0])] + _pad([_lg(fps[len(fps) - 1 - k])
+                               for k in range(1, min(_INNER_LEVELS, len(fps) - 1) + 1)],
+                              _INNER_LEVELS)
     for cap in cfg.caches:
         moved = traffic(st.loops, s.footprints, cap)
         v += [_lg(moved), math.log2(s.flops / max(moved, 1.0))]
@@ -194,8 +206,10 @@ def _program_vector(prog: Program, stats: list[_StoreStats], task_flops: float) 
 
 
 def decision_vector(candidate) -> list[float]:
-    """Tile factors (log2, innermost last; the largest tiled extents first) and the other
-    choices (numbers as log2(1+x), anything else as a stable hash in [0, 1))."""
+    """Tile decisions (the largest tiled extents first), each as log2 of its innermost
+    factor, of the inner two and inner three factors' product (the tile size per level)
+    and of its outermost factor; then the other choices (numbers as log2(1+x), anything
+    else as a stable hash in [0, 1))."""
     tiles, choices = [], []
     for name, value in (candidate.decisions if candidate is not None else ()):
         if isinstance(value, tuple) and value and all(isinstance(x, int) for x in value):
@@ -204,8 +218,9 @@ def decision_vector(candidate) -> list[float]:
             choices.append((name, value))
     out = []
     for _, _, value in sorted(tiles)[:_TILE_SLOTS]:
-        parts = [math.log2(max(x, 1)) for x in value][-_TILE_PARTS:]
-        out += [0.0] * (_TILE_PARTS - len(parts)) + parts
+        logs = [math.log2(max(x, 1)) for x in value]
+        cumulative = [sum(logs[len(logs) - k:]) for k in range(1, _TILE_PARTS)]
+        out += [cumulative[min(k, len(logs)) - 1] for k in range(1, _TILE_PARTS)] + [logs[0]]
     out += [0.0] * (_TILE_SLOTS * _TILE_PARTS - len(out))
     for _, value in sorted(choices, key=lambda c: c[0])[:_CHOICE_SLOTS]:
         if isinstance(value, (bool, int, float)):
