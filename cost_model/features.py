@@ -10,7 +10,8 @@ Groups (see `feature_names()` for every column):
 - decisions: log2 of the candidate's tile factors and its other choices;
 - optionally MetaSchedule's per-store features (max and mean over stores).
 
-Values are mostly log2(1 + x): scale-free for trees, comparable across task sizes.
+Values are mostly log2(1 + x), and log2 of products of loop extents (0 when there is no
+such loop): scale-free for trees, comparable across task sizes.
 """
 from __future__ import annotations
 
@@ -52,6 +53,11 @@ class FeatureConfig:
 
 def _lg(x: float) -> float:
     return math.log2(1.0 + max(float(x), 0.0))
+
+
+def _log_prod(extents) -> float:
+    """log2 of a product of loop extents: 0 when there is no such loop."""
+    return math.log2(max(_prod(extents), 1))
 
 
 def _pad(values: list, n: int) -> list:
@@ -145,9 +151,9 @@ def _loop_features(st: Store) -> list[float]:
     # work of the innermost k loops: the tile sizes per tiling level, whatever the sketch
     work = [_lg(_prod(lp.extent for lp in loops[len(loops) - k:]))
             for k in range(1, min(_INNER_LEVELS, len(loops)) + 1)]
-    return [len(loops), sum(1 for lp in loops if lp.extent > 1), _lg(_prod(par)), len(par),
-            _lg(_prod(lp.extent for lp in vec)), vec_contig,
-            _lg(_prod(lp.extent for lp in loops if lp.kind == "unrolled")), _lg(st.unroll)] + \
+    return [len(loops), sum(1 for lp in loops if lp.extent > 1), _log_prod(par), len(par),
+            _log_prod(lp.extent for lp in vec), vec_contig,
+            _log_prod(lp.extent for lp in loops if lp.kind == "unrolled"), _lg(st.unroll)] + \
         _pad(inner, _INNER_LEVELS) + _pad(outer, _OUTER_LEVELS) + _pad(work, _INNER_LEVELS)
 
 
@@ -165,7 +171,7 @@ def _access_features(st: Store) -> list[float]:
 
 def _thread_features(st: Store) -> list[float]:
     def extent(prefix):
-        return _lg(_prod(lp.extent for lp in st.loops if lp.tag.startswith(prefix)))
+        return _log_prod(lp.extent for lp in st.loops if lp.tag.startswith(prefix))
 
     return [extent("blockIdx"), extent("threadIdx"), extent("vthread")]
 
@@ -202,7 +208,7 @@ def _program_vector(prog: Program, stats: list[_StoreStats], task_flops: float) 
                    for s in stats), default=1)
     return [len(stats), _lg(sum(s.flops for s in stats)), _lg(sum(s.iters for s in stats)),
             _lg(by_scope["global"]), _lg(by_scope["shared"]), _lg(by_scope["local"]),
-            _lg(max_par), _lg(task_flops)]
+            math.log2(max_par), _lg(task_flops)]
 
 
 def decision_vector(candidate) -> list[float]:

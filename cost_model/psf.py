@@ -23,16 +23,29 @@ def _extractor(target_kind: str):
     return ms.feature_extractor.PerStoreFeature(), target
 
 
+def _context(mod, target):
+    """A TuneContext built through its FFI constructor: the Python constructor first
+    imports every tensor intrinsic TVM ships (minutes on a loaded machine), which the
+    feature extractor does not need."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule import _ffi_api
+    from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
+
+    ctx = ms.TuneContext.__new__(ms.TuneContext)
+    ctx.__init_handle_by_constructor__(_ffi_api.TuneContext, mod, target, None, None, "main",
+                                       1, -1, get_logging_func(get_logger(__name__)))
+    return ctx
+
+
 def psf_vector(mod, target_kind: str) -> list[float]:
     """Max and mean of MetaSchedule's per-store features of a scheduled module."""
     import numpy as np
     from tvm import s_tir
-    from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
     extractor, target = _extractor(target_kind)
-    ctx = ms.TuneContext(mod=mod, target=target)
+    ctx = _context(mod, target)
     cand = MeasureCandidate(s_tir.Schedule(mod), ArgInfo.from_prim_func(mod["main"]))
     feats = extractor.extract_from(ctx, [cand])[0].numpy()
     if feats.shape[0] == 0:

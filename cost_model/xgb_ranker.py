@@ -32,12 +32,12 @@ _CACHE_LIMIT = 50_000
 DEFAULT_PARAMS = {
     "objective": "rank:pairwise",
     "lambdarank_pair_method": "mean",
-    "lambdarank_num_pair_per_sample": 8,
-    "eta": 0.2,
-    "max_depth": 6,
+    "lambdarank_num_pair_per_sample": 16,
+    "eta": 0.1,
+    "max_depth": 5,
     "min_child_weight": 1.0,
     "subsample": 1.0,
-    "colsample_bytree": 0.8,
+    "colsample_bytree": 1.0,
     "tree_method": "hist",
     "nthread": 1,
 }
@@ -70,7 +70,7 @@ class XGBRanker:
 
     name = "xgb"
 
-    def __init__(self, features: FeatureConfig | None = None, rounds: int = 60,
+    def __init__(self, features: FeatureConfig | None = None, rounds: int = 80,
                  params: dict | None = None, seed: int = 0):
         self.config = features or FeatureConfig()
         self.rounds = int(rounds)

@@ -66,7 +66,8 @@ class MatmulTiling:
         where = decide.choice("cache_write", ("none", "inner", "outer"))
         if where != "none":
             cw = sch.cache_write(block, 0, "global")
-            sch.reverse_compute_at(cw, outer if where == "outer" else sch.get_loops(block)[-6])
+            # "inner": just above the reduction loop k0, so C is written back once per tile
+            sch.reverse_compute_at(cw, outer if where == "outer" else sch.get_loops(block)[-7])
 
 
 class TilingRules:
