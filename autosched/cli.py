@@ -12,7 +12,7 @@ import sys
 from .errors import UserError
 
 # Subcommands implemented in their own modules: each has add_parser(subparsers) and run(args).
-SUBCOMMAND_MODULES = ()
+SUBCOMMAND_MODULES = ("autosched.cli_db",)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,14 +60,25 @@ def _add_export(sub) -> None:
     p.set_defaults(func=_run_export)
 
 
+def _add_report(sub) -> None:
+    p = sub.add_parser("report", help="per-task table and tuning curves from the database")
+    p.add_argument("--db", metavar="URL")
+    p.add_argument("-o", "--output", default="logs/report", metavar="DIR",
+                   help="where the tuning-curve PNGs go")
+    p.add_argument("--no-plots", action="store_true")
+    p.set_defaults(func=_run_report)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autosched", description="Tensor-program auto-scheduler on TVM")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_tune(sub)
     _add_export(sub)
+    _add_report(sub)
     for name in SUBCOMMAND_MODULES:
-        importlib.import_module(name).add_parser(sub)
+        module = importlib.import_module(name)
+        module.add_parser(sub).set_defaults(func=module.run)
     return parser
 
 
@@ -123,6 +134,25 @@ def _run_export(args) -> int:
 
     path = export(args.op_file, args.target, args.output, args.db, args.workload, args.arg)
     print(f"wrote {path}")
+    return 0
+
+
+def _run_report(args) -> int:
+    from .db import DEFAULT_DB_URL, open_database
+    from .report import plot_curves, summarize, table
+
+    db = open_database(args.db or DEFAULT_DB_URL)
+    try:
+        summaries = summarize(db)
+    finally:
+        db.close()
+    if not summaries:
+        print("no records")
+        return 0
+    print(table(summaries))
+    if not args.no_plots:
+        for path in plot_curves(summaries, args.output):
+            print(f"wrote {path}")
     return 0
 
 
