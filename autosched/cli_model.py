@@ -16,8 +16,9 @@ import sys
 from .errors import UserError
 
 
-def add_parser(subparsers) -> None:
-    """Register `model train` on the top-level CLI's subparsers."""
+def add_parser(subparsers):
+    """Add the `model` command (and `model train`) to the main CLI's subparsers; returns
+    the `model` parser (the main CLI sets its `func` to `run`)."""
     p = subparsers.add_parser("model", help="train and inspect cost models")
     sub = p.add_subparsers(dest="model_command", required=True, parser_class=type(p))
     t = sub.add_parser("train", help="train a cost model from database records")
@@ -30,6 +31,7 @@ def add_parser(subparsers) -> None:
     t.add_argument("--rounds", type=int, default=200, help="boosting rounds")
     t.add_argument("-o", "--output", required=True, metavar="PATH", help="model file (.json)")
     t.set_defaults(func=run)
+    return p
 
 
 def _op_files(items: list[str]) -> list[str]:
@@ -62,7 +64,7 @@ def run(args) -> int:
         raise UserError(f"--rounds must be >= 1, got {args.rounds}")
     files = _op_files(args.op_file)
     report = TransferReport()
-    db = open_database(args.db)
+    db = open_database(args.db, create=False)  # a mistyped path must not make a new file
     try:
         groups = groups_from_database(db, files, args.target, current_versions(SPACE_VERSION),
                                       report)

@@ -93,7 +93,8 @@ def groups_from_database(db, op_files: list[str], target_kind: str, versions: di
             defs.setdefault(name, wdef)
     tasks: dict = {}
     buckets: dict = {}
-    for rec in db.records():
+    stream = getattr(db, "iter_records", None) or db.records  # stream when the backend can
+    for rec in stream():
         config = json.loads(rec.target_key)
         if config.get("kind") != target_kind:
             report.skip("other target")
