@@ -12,7 +12,7 @@ import tempfile
 from .errors import UserError
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers):
     p = subparsers.add_parser("plan", help="choose per-layer keep/recompute/offload under a "
                               "memory budget")
     p.add_argument("model_file", help="Python file defining make_model() and make_inputs()")
@@ -32,6 +32,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="time measurements in wall time or process CPU time")
     p.set_defaults(func=run)
+    return p
 
 
 def _check(args) -> None:
