@@ -12,7 +12,7 @@ import sys
 from .errors import UserError
 
 # Subcommands implemented in their own modules: each has add_parser(subparsers) and run(args).
-SUBCOMMAND_MODULES = ("autosched.cli_db",)
+SUBCOMMAND_MODULES = ("autosched.cli_db", "autosched.cli_model", "autosched.cli_plan")
 
 
 class _Parser(argparse.ArgumentParser):
