@@ -85,7 +85,7 @@ def kernel_args(shapes: Shapes) -> list[tuple[str, dict]]:
 def build_library(shapes: Shapes, work_dir: str, trials: int) -> str:
     """Tune the MLP's kernels (at least each one's default schedule) and export them."""
     from autosched.config import TuneConfig
-    from autosched.export import export_tasks
+    from autosched.exporting import export_tasks
     from autosched.tuner import tune_tasks
     from autosched.workload import load_op_file, make_task
 
