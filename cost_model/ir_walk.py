@@ -62,6 +62,8 @@ class Program:
 
 
 def _dtype_bytes(dtype: str) -> int:
+    if dtype.startswith("bool"):
+        return 1
     digits = "".join(ch for ch in dtype.split("x")[0] if ch.isdigit())
     bits = int(digits) if digits else 32
     lanes = int(dtype.split("x")[1]) if "x" in dtype else 1
