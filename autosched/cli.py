@@ -12,7 +12,7 @@ import sys
 from .errors import UserError
 
 # Subcommands implemented in their own modules: each has add_parser(subparsers) and run(args).
-SUBCOMMAND_MODULES = ("autosched.cli_db",)
+SUBCOMMAND_MODULES = ("autosched.cli_db", "autosched.cli_model", "autosched.cli_plan")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -130,7 +130,7 @@ def _dry_run(tasks, config) -> int:
 
 
 def _run_export(args) -> int:
-    from .export import export
+    from .exporting import export
 
     path = export(args.op_file, args.target, args.output, args.db, args.workload, args.arg)
     print(f"wrote {path}")
