@@ -175,6 +175,14 @@ class _Walker:
     def loop(self, s, loops, env, unroll) -> None:
         extent = int(s.extent) if type(s.extent).__name__ == "IntImm" else 1
         tag = str(s.thread_binding.thread_tag) if s.thread_binding is not None else ""
+        outer = next((lp for lp in loops if tag and lp.tag == tag), None)
+        if outer is not None:
+            # a cooperative fetch binds threadIdx.x again inside a threadIdx.x loop: it
+            # is the same hardware thread index, not a new loop over threads
+            inner = dict(env)
+            inner[s.loop_var] = ("v", outer.id)
+            self.stmt(s.body, loops, inner, unroll)
+            return
         loop = Loop(self.next_loop, extent, _KINDS.get(int(s.kind), "serial"), tag,
                     _unroll_value(s.annotations))
         self.next_loop += 1
