@@ -182,13 +182,30 @@ def _find_realize(stmt, block):
     return _find_realize(body, block) if body is not None else None
 
 
-def _loops_bound(sch, block, stmt) -> bool:
-    realize = _find_realize(sch.mod["main"].body, stmt)
+def _realize_and_loops(sch, block, stmt):
+    """The block's SBlockRealize and its loops. The walk starts at the outermost loop
+    around the block, not at the function body: schedules call this often."""
     loops = sch.get_loops(block)
+    start = sch.get(loops[0]) if loops else sch.mod["main"].body
+    return _find_realize(start, stmt), loops
+
+
+def _loops_bound(sch, block, stmt) -> bool:
+    realize, loops = _realize_and_loops(sch, block, stmt)
     if realize is None or len(loops) != len(stmt.iter_vars):
         return False
     return all(val.same_as(sch.get(loop).loop_var)
                for val, loop in zip(realize.iter_values, loops))
+
+
+def loops_bound(sch, block) -> bool:
+    """Whether the block's loops bind its iter vars one to one, in order."""
+    return _loops_bound(sch, block, sch.get(block))
+
+
+def is_spatial_block(sch, block) -> bool:
+    """All iter vars data parallel (cheaper than `analyse(...).is_spatial`)."""
+    return all(int(iv.iter_type) == _SPATIAL for iv in sch.get(block).iter_vars)
 
 
 def analyse(sch, block) -> BlockAnalysis:
@@ -273,9 +290,9 @@ def loop_kinds(sch, block) -> list[str]:
     from tvm.tirx.analysis import undefined_vars
 
     stmt = sch.get(block)
-    realize = _find_realize(sch.mod["main"].body, stmt)
+    realize, loops = _realize_and_loops(sch, block, stmt)
     kinds = []
-    for loop in sch.get_loops(block):
+    for loop in loops:
         var = sch.get(loop).loop_var
         kind = "-"
         for iv, val in zip(stmt.iter_vars, realize.iter_values):

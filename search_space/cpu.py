@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from .analysis import analyse, blocks, output_dtype, param_buffers, vector_lanes
-from .cpu_common import CpuParams
+from .cpu_common import CpuParams, consumer_chain, inline_candidates
 from .cpu_packing import find_pack_plan
 from .cpu_rows import RowSketch, row_depth
 from .cpu_tiling import TilePlan, TileSketch
@@ -39,7 +39,8 @@ def _tile_plans(sch, infos, packed: bool) -> tuple[TilePlan, ...] | None:
                                            if v.extent > 1), None)
         if vec is None:
             continue
-        plans.append(TilePlan(info.name, vec, pack))
+        chain = consumer_chain(sch, sch.get_sblock(info.name))
+        plans.append(TilePlan(info, vec, pack, chain))
     if not plans or (packed and not any(p.pack for p in plans)):
         return None
     return tuple(plans)
@@ -83,9 +84,10 @@ class CpuRules:
         for name, packed in (("tile", False), ("tile_pack", True)):
             plans = _tile_plans(sch, infos, packed)
             if plans:
-                found.append(TileSketch(name, plans, params))
+                keep = frozenset(p.block for p in plans).union(*(p.chain for p in plans))
+                found.append(TileSketch(name, plans, inline_candidates(sch, keep), params))
         if _rows_apply(infos):
-            found.append(RowSketch(params))
+            found.append(RowSketch(tuple(infos), inline_candidates(sch), params))
         return [DefaultSketch()] + [s for s in found if _applies(task, s)]
 
     def check(self, mod, target):

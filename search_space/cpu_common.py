@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import analyse, blocks, loop_kinds
+from .analysis import analyse, blocks, is_spatial_block, loop_kinds, loops_bound
 from .decisions import Decider
 
 UNROLL_STEPS = (0, 16, 64, 512)
@@ -20,20 +20,53 @@ class CpuParams:
     max_accumulators: int = 24  # vector registers a register tile may hold
 
 
-def inline_producers(sch, decide: Decider, keep: frozenset = frozenset()) -> None:
-    """Offer to inline every elementwise/injective stage that is not an output.
+class _Unchecked:
+    """The schedule with its primitives called past TVM's Python argument type checks.
 
-    Each inlinable block gets a yes/no decision; a block the schedule refuses to
-    inline (it would change the result) is left alone without a decision.
+    Those checks cost about as much as the primitives themselves (union types are
+    matched by formatting error messages), and the search applies sketches
+    thousands of times with arguments our own code builds. Attributes that are not
+    type-checked methods pass through unchanged.
     """
+
+    def __init__(self, sch):
+        self._sch = sch
+
+    def __getattr__(self, name):
+        attr = getattr(type(self._sch), name, None)
+        raw = getattr(attr, "__wrapped__", None)
+        if raw is None:
+            return getattr(self._sch, name)
+        return raw.__get__(self._sch, type(self._sch))
+
+
+def unchecked(sch):
+    """`sch` with unchecked primitives (see `_Unchecked`)."""
+    return sch if isinstance(sch, _Unchecked) else _Unchecked(sch)
+
+
+def inline_candidates(sch, keep: frozenset = frozenset()) -> tuple[str, ...]:
+    """Elementwise/injective stages (not outputs, not in `keep`) that the schedule
+    lets us inline into their consumers, in program order. Found once per sketch on
+    the unscheduled program, so applying a candidate does not re-analyse it."""
+    names = []
     for block in blocks(sch):
         info = analyse(sch, block)
         if info.is_output or not info.is_spatial or info.name in keep or len(info.writes) != 1:
             continue
-        if not _can_inline(sch, block):
-            continue
-        if decide.choice(f"inline.{info.name}", (True, False)):
-            sch.compute_inline(block)
+        if _can_inline(sch, block):
+            names.append(info.name)
+    return tuple(names)
+
+
+def inline_producers(sch, decide: Decider, candidates: tuple[str, ...]) -> set:
+    """Inline each candidate stage or not (a decision each); returns those inlined."""
+    inlined = set()
+    for name in candidates:
+        if decide.choice(f"inline.{name}", (True, False)):
+            sch.compute_inline(sch.get_sblock(name))
+            inlined.add(name)
+    return inlined
 
 
 def _can_inline(sch, block) -> bool:
@@ -45,26 +78,32 @@ def _can_inline(sch, block) -> bool:
     return True
 
 
-def fuse_consumers(sch, block) -> object | None:
-    """The elementwise consumer chain after `block`, folded into one stage.
-
-    Returns the first consumer (later elementwise consumers reverse-inlined into it),
-    or None when the block has no single elementwise consumer.
-    """
+def consumer_chain(sch, block) -> tuple[str, ...]:
+    """The elementwise stages after `block` that can be folded into one stage and
+    fused into its tiles: its single spatial consumer, then single elementwise
+    consumers that reverse-inline into it. Empty when there is none."""
     consumers = sch.get_consumers(block)
-    if len(consumers) != 1:
-        return None
-    first = consumers[0]
-    if not analyse(sch, first).is_spatial:
-        return None
+    if len(consumers) != 1 or not analyse(sch, consumers[0]).is_spatial:
+        return ()
+    trial = sch.copy()
+    chain = [sch.get(consumers[0]).name_hint]
     while True:
-        nxt = sch.get_consumers(first)
-        if len(nxt) != 1 or not analyse(sch, nxt[0]).is_elementwise:
-            return first
+        nxt = trial.get_consumers(trial.get_sblock(chain[0]))
+        if len(nxt) != 1 or not analyse(trial, nxt[0]).is_elementwise:
+            return tuple(chain)
+        name = trial.get(nxt[0]).name_hint
         try:
-            sch.reverse_compute_inline(nxt[0])
-        except Exception:  # not a pure map of `first`: keep it as its own stage
-            return first
+            trial.reverse_compute_inline(nxt[0])
+        except Exception:  # not a pure map of the first stage: it stays separate
+            return tuple(chain)
+        chain.append(name)
+
+
+def fold_chain(sch, chain: tuple[str, ...]):
+    """Reverse-inline the rest of a consumer chain into its first stage; returns it."""
+    for name in chain[1:]:
+        sch.reverse_compute_inline(sch.get_sblock(name))
+    return sch.get_sblock(chain[0])
 
 
 def annotate_unroll(sch, loop, decide: Decider, prefix: str) -> None:
@@ -134,11 +173,10 @@ def finish_root_blocks(sch, params: CpuParams, done: set) -> None:
         name = sch.get(block).name_hint
         if name in done:
             continue
-        info = analyse(sch, block)
-        if not info.loops_bound:
+        if not loops_bound(sch, block):
             continue
         parallel_outer(sch, block, params)
-        if info.is_spatial:
+        if is_spatial_block(sch, block):
             vectorize_inner(sch, block, params)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import BlockAnalysis, analyse
+from .analysis import BlockAnalysis
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,10 @@ def pack_operand(sch, block, plan: PackPlan, nb: int) -> str:
     Its loops follow the packed layout so the copy writes contiguously."""
     from tvm.tirx import IndexMap
 
-    info = analyse(sch, block)
-    read = next(a for a in info.reads if a.buffer == plan.buffer)
-    ndim = len(read.uses)
-    packed = sch.cache_read(block, read.index, "global")
+    reads = sch.get(block).reads  # the operand's position may move when producers inline
+    index = next(i for i, r in enumerate(reads) if r.source.name == plan.buffer)
+    ndim = len(reads[index].region)
+    packed = sch.cache_read(block, index, "global")
     index_map = IndexMap.from_func(packed_index(plan, ndim, nb), ndim=ndim,
                                    index_dtype="int32")
     sch.transform_layout(packed, ("write", 0), index_map)

@@ -8,8 +8,9 @@ vectorised along their inner loop.
 """
 from __future__ import annotations
 
-from .analysis import BlockAnalysis, analyse, blocks, loop_kinds
-from .cpu_common import CpuParams, annotate_unroll, inline_producers, vectorize_inner
+from .analysis import BlockAnalysis, blocks, loop_kinds
+from .cpu_common import (CpuParams, annotate_unroll, inline_producers, unchecked,
+                         vectorize_inner)
 from .decisions import Decider
 
 
@@ -39,31 +40,37 @@ class RowSketch:
 
     name = "rows"
 
-    def __init__(self, params: CpuParams):
+    def __init__(self, infos: tuple[BlockAnalysis, ...], inline: tuple[str, ...],
+                 params: CpuParams):
+        self.infos = infos      # the unscheduled program's blocks, in program order
+        self.inline = inline
         self.params = params
+        self.out = next(i for i in infos if i.is_output)
+        self.depth = row_depth(list(infos), self.out)
 
     def apply(self, sch, decide: Decider) -> None:
-        inline_producers(sch, decide)
-        infos = [analyse(sch, b) for b in blocks(sch)]
-        out = next(i for i in infos if i.is_output)
-        depth = row_depth(infos, out)
-        partials = [p for info in infos if info.is_reduction
-                    for p in [self._rfactor(sch, decide, info)] if p is not None]
+        sch = unchecked(sch)
+        inlined = inline_producers(sch, decide, self.inline)
+        infos = [i for i in self.infos if i.name not in inlined]
+        out = self.out
+        partials = {p for info in infos if info.is_reduction
+                    for p in [self._rfactor(sch, decide, info)] if p is not None}
         loops = sch.get_loops(sch.get_sblock(out.name))
         if out.is_spatial:
             width = decide.choice(f"{out.name}.vector", vector_widths(out.iters[-1].extent,
                                                                      self.params))
             sch.vectorize(sch.split(loops[-1], [None, width])[1])
-        row = sch.fuse(*loops[:depth]) if depth > 1 else loops[0]
+        row = sch.fuse(*loops[:self.depth]) if self.depth > 1 else loops[0]
         sch.parallel(row)
         stages = [sch.get(b).name_hint for b in blocks(sch)]
         for name in reversed(stages):
             if name != out.name:
                 sch.compute_at(sch.get_sblock(name), row)
+        spatial = {i.name for i in infos if i.is_spatial and i.name != out.name}
         for name in stages:
             if name in partials:
                 self._vectorise_partial(sch, sch.get_sblock(name))
-            elif name != out.name and analyse(sch, sch.get_sblock(name)).is_spatial:
+            elif name in spatial:
                 vectorize_inner(sch, sch.get_sblock(name), self.params, keep=1)
         annotate_unroll(sch, row, decide, out.name)
 

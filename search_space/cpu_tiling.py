@@ -10,34 +10,43 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import analyse
-from .cpu_common import (CpuParams, annotate_unroll, finish_root_blocks, fuse_consumers,
-                         inline_producers, vector_tile, vectorize_inner)
+from .analysis import BlockAnalysis
+from .cpu_common import (CpuParams, annotate_unroll, finish_root_blocks, fold_chain,
+                         inline_producers, unchecked, vector_tile, vectorize_inner)
 from .cpu_packing import PackPlan, pack_operand
 from .decisions import Decider
 
 
 @dataclass(frozen=True)
 class TilePlan:
-    """How one contraction block is tiled: its vector axis, and the operand packed
-    into a blocked layout along that axis (or None)."""
+    """How one contraction block is tiled: its vector axis, the operand packed into
+    a blocked layout along that axis (or None), and the elementwise consumers fused
+    behind it (found on the unscheduled program)."""
 
-    block: str
+    info: BlockAnalysis
     vec_iter: str
     pack: PackPlan | None = None
+    chain: tuple[str, ...] = ()
+
+    @property
+    def block(self) -> str:
+        return self.info.name
 
 
 class TileSketch:
     """SSRSRS tiling of every contraction block of the task; the rest is inlined,
     fused, or parallelised and vectorised at the root."""
 
-    def __init__(self, name: str, plans: tuple[TilePlan, ...], params: CpuParams):
+    def __init__(self, name: str, plans: tuple[TilePlan, ...], inline: tuple[str, ...],
+                 params: CpuParams):
         self.name = name
         self.plans = plans
+        self.inline = inline
         self.params = params
 
     def apply(self, sch, decide: Decider) -> None:
-        inline_producers(sch, decide, keep=frozenset(p.block for p in self.plans))
+        sch = unchecked(sch)
+        inline_producers(sch, decide, self.inline)
         done = set()
         for plan in self.plans:
             done |= tile_block(sch, decide, plan, self.params)
@@ -91,31 +100,70 @@ def _split_and_reorder(sch, block, info, tiles: dict, vec_iter: str):
     return s_groups, r_groups
 
 
-def _write_stage(sch, block, decide: Decider, prefix: str):
-    """The stage that writes the output tile: the fused elementwise consumer when
-    there is one, else a cache of the accumulator."""
-    consumer = fuse_consumers(sch, block)
-    if consumer is not None:
-        return consumer
-    if not decide.choice(f"{prefix}.cache_write", (True, False)):
-        return None
-    return sch.cache_write(block, 0, "global")
+# A cached output tile up to this many elements lives in a stack ("local") buffer,
+# where LLVM keeps it in registers; a larger one goes to the heap ("global").
+_LOCAL_TILE_ELEMS = 16384
+
+
+def _vector_last(sch, block, plan: TilePlan) -> None:
+    """Lay the block's (non-argument) output buffer out with the vector axis last, so
+    the accumulators are contiguous vectors (conv vectorised over channels)."""
+    from tvm.tirx import IndexMap
+
+    dim = plan.info.writes[0].dim_of(plan.vec_iter)
+    ndim = len(plan.info.writes[0].uses)
+    if dim is None or dim == ndim - 1:
+        return
+
+    def to_vector_last(*idx):
+        return tuple(idx[:dim]) + tuple(idx[dim + 1:]) + (idx[dim],)
+
+    sch.transform_layout(block, ("write", 0),
+                         IndexMap.from_func(to_vector_last, ndim=ndim, index_dtype="int32"))
+
+
+def _tile_elems(info, tiles: dict, level: int) -> int:
+    out = 1
+    for v in info.spatial:
+        for factor in tiles.get(v.name, (1, 1, 1, 1))[level:]:
+            out *= factor
+    return out
+
+
+def _write_stage(sch, block, decide: Decider, plan: TilePlan, tiles: dict):
+    """The stage that writes the output tile and the tile level it sits at: the fused
+    elementwise consumers when there are some, else (a decision) a cache of the
+    accumulator, else none. A cache is forced when the vector axis is not the
+    output's contiguous one: the accumulators then need their own layout."""
+    write = plan.info.writes[0]
+    transposed = write.dim_of(plan.vec_iter) not in (None, len(write.uses) - 1)
+    if plan.chain:
+        stage = fold_chain(sch, plan.chain)
+    elif transposed or decide.choice(f"{plan.block}.cache_write", (True, False)):
+        stage = None
+    else:
+        return None, 2
+    level = decide.choice(f"{plan.block}.write_at", (1, 2))
+    if stage is None:
+        small = _tile_elems(plan.info, tiles, level) <= _LOCAL_TILE_ELEMS
+        stage = sch.cache_write(block, 0, "local" if small else "global")
+    if transposed:
+        _vector_last(sch, block, plan)
+    return stage, level
 
 
 def tile_block(sch, decide: Decider, plan: TilePlan, params: CpuParams) -> set:
     """Tile one contraction block; returns the names of the blocks it scheduled."""
     block = sch.get_sblock(plan.block)
-    info = analyse(sch, block)
+    info = plan.info
     tiles = _decide_tiles(decide, info, plan, params)
     scheduled = {plan.block}
     if plan.pack is not None:  # the packing stage is parallelised with the other root blocks
         pack_operand(sch, block, plan.pack, tiles[plan.vec_iter][-1])
-    write = _write_stage(sch, block, decide, plan.block)
+    write, level = _write_stage(sch, block, decide, plan, tiles)
     s_groups, r_groups = _split_and_reorder(sch, block, info, tiles, plan.vec_iter)
-    level = 2
     if write is not None:
         scheduled.add(sch.get(write).name_hint)
-        level = decide.choice(f"{plan.block}.write_at", (1, 2))
         anchor = (s_groups[0] + s_groups[1])[-1] if level == 2 else s_groups[0][-1]
         sch.reverse_compute_at(write, anchor)
     outer = _parallelise(sch, s_groups, level, params)
