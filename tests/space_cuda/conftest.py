@@ -95,3 +95,21 @@ def small_tasks():
         for t in load_tasks(os.path.join(EXAMPLES, f), arg_items=args):
             out[t.workload] = t
     return out
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """`reference(task, inputs)`: the task's outputs (name -> array) computed by its
+    unscheduled function built for the CPU (llvm)."""
+    import numpy as np
+    import tvm
+
+    def run(task, inputs: dict) -> dict:
+        lib = tvm.compile(task.mod, target="llvm").jit()
+        dev = tvm.cpu()
+        args = [tvm.runtime.tensor(inputs[s.name], dev) for s in task.inputs]
+        outs = [tvm.runtime.tensor(np.zeros(s.shape, s.dtype), dev) for s in task.outputs]
+        lib["main"](*args, *outs)
+        return {s.name: o.numpy() for s, o in zip(task.outputs, outs)}
+
+    return run

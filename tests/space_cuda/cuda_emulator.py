@@ -261,15 +261,3 @@ def emulate_source(src: str, dims: list, inputs: dict, outputs: dict,
                                + (run.stderr.strip().splitlines() or ["no message"])[0])
         return {name: np.fromfile(os.path.join(d, f"{name}.out"), dtype).reshape(shape)
                 for name, (shape, dtype) in outputs.items()}
-
-
-def reference(task, inputs: dict) -> dict:
-    """The task's outputs computed by its unscheduled function on the CPU (llvm)."""
-    import tvm
-
-    lib = tvm.compile(task.mod, target="llvm").jit()
-    dev = tvm.cpu()
-    args = [tvm.runtime.tensor(inputs[s.name], dev) for s in task.inputs]
-    outs = [tvm.runtime.tensor(np.zeros(s.shape, s.dtype), dev) for s in task.outputs]
-    lib["main"](*args, *outs)
-    return {s.name: o.numpy() for s, o in zip(task.outputs, outs)}
