@@ -81,3 +81,26 @@ extern "C" __global__ void __launch_bounds__(4) main_kernel(float* __restrict__ 
         cuda_emulator.emulate_source(src, [([1, 1, 1], [4, 1, 1])],
                                      {"x": np.zeros(32, "float32")},
                                      {"y": ((16,), "float32")})
+
+
+def test_column_reduction_uses_unfused_cross_thread_kernels(cuda_target, cuda_emulator,
+                                                            reference, distinct_samples):
+    """A reduction over the first axis cannot be fused into the output's rows; its
+    cross-thread kernel still computes the right values."""
+    from tvm import te
+
+    from autosched.workload import WorkloadDef, make_task
+
+    def colnorm(M=70, N=12):
+        x = te.placeholder((M, N), name="x")
+        k = te.reduce_axis((0, M), name="k")
+        s = te.compute((N,), lambda j: te.sum(x[k, j] * x[k, j], axis=k), name="colsq")
+        y = te.compute((M, N), lambda i, j: x[i, j] / s[j], name="y")
+        return x, y
+
+    task = make_task(WorkloadDef("colnorm", colnorm, {"M": 70, "N": 12}), {})
+    space = _space(task, cuda_target)
+    assert set(space.sketches) == {"default", "simple", "rows"}
+    for cand, mod in distinct_samples(space, 1, seed=3, sketch="rows"):
+        assert space.check(mod) is None
+        _check(task, cand, mod, cuda_target, cuda_emulator, reference)
