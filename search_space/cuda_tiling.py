@@ -135,25 +135,24 @@ def _inline_epilogue(sch, writeback) -> None:
 def tile_block(sch, name: str, decide: Decider, limits: GpuLimits) -> None:
     """Multi-level tiling of one reduction block (see the module docstring)."""
     block = sch.get_sblock(name)
-    stmt = sch.get(block)
-    names = _var_names(stmt)
+    names = _var_names(sch.get(block))
     loops, kinds, positions = sch.get_loops(block), loop_kinds(sch, block), loop_positions(sch, block)
     extents = [int(sch.get(lp).extent) for lp in loops]
     sp = [(p, names[p], e) for p, k, e in zip(positions, kinds, extents) if k == SPATIAL]
     rd = [(p, names[p], e) for p, k, e in zip(positions, kinds, extents) if k == REDUCE]
 
+    # every decision first (they only read the block), then the schedule
     sf = _spatial_factors(sch, block, decide, limits, name, sp)
     tiles = {p: e // sf[p][0] for p, _, e in sp}
-    rf = _reduce_factors(sch, block, decide, limits, name, rd, tiles)
-    accesses = reads(sch, block)
-    vectors = [decide.choice(f"{name}.{acc.name}.vector", _vector_options(sch, block, acc, tiles, limits))
-               for acc in accesses]
+    factors = {**sf, **_reduce_factors(sch, block, decide, limits, name, rd, tiles)}
+    vectors = [decide.choice(f"{name}.{acc.name}.vector",
+                             _vector_options(sch, block, acc, tiles, limits))
+               for acc in reads(sch, block)]
     unroll = decide.choice(f"{name}.unroll", UNROLL_STEPS)
 
-    split = {p: sch.split(lp, list(sf[p] if k == SPATIAL else rf[p]))
-             for lp, k, p in zip(loops, kinds, positions)}
-    s_parts = [split[p] for p, _, _ in sp]
-    r_parts = [split[p] for p, _, _ in rd]
+    parts = {p: sch.split(lp, list(factors[p])) for lp, p in zip(loops, positions)}
+    s_parts = [parts[p] for p, _, _ in sp]
+    r_parts = [parts[p] for p, _, _ in rd]
     sch.reorder(*[s[0] for s in s_parts], *[s[1] for s in s_parts], *[s[2] for s in s_parts],
                 *[r[0] for r in r_parts], *[r[1] for r in r_parts], *[s[3] for s in s_parts],
                 *[r[2] for r in r_parts], *[s[4] for s in s_parts])
@@ -163,16 +162,22 @@ def tile_block(sch, name: str, decide: Decider, limits: GpuLimits) -> None:
     threads = 1
     for p, _, _ in sp:
         threads *= sf[p][2]
+    _stage(sch, block, len(rd), threads, vectors)
+    annotate_unroll(sch, bx, unroll)
 
+
+def _stage(sch, block, n_reduce: int, threads: int, vectors: list[int]) -> None:
+    """Registers for the output (written back per thread, epilogue folded in), shared
+    memory for the inputs at the innermost reduction tile loop, the accumulator's
+    initialisation hoisted out of the reduction."""
     writeback = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(writeback, sch.get_loops(block)[2], preserve_unit_loops=True)
-    depth = 3 + len(rd)   # bx, vthread, tx, then the reduction tile loops
+    depth = 3 + n_reduce   # blockIdx, vthread, threadIdx, then the reduction tile loops
     for acc_index, vector in zip(read_indices(sch, block), vectors):
         copy = sch.cache_read(block, acc_index, "shared")
         sch.compute_at(copy, sch.get_loops(block)[depth - 1], preserve_unit_loops=True)
         _cooperative_fetch(sch, copy, depth, threads, vector)
     sch.decompose_reduction(block, sch.get_loops(block)[3])
-    annotate_unroll(sch, bx, unroll)
     _inline_epilogue(sch, writeback)
 
 

@@ -13,6 +13,7 @@ import time
 
 _NOISE = re.compile(r"^(ptxas info|ptxas\s+\.|\s*$|Compilation error:|#|//|extern |\s)")
 _ERROR = re.compile(r"(error|fatal)", re.IGNORECASE)
+_TMPDIR = re.compile(r"^\S*/(?=tvm_kernels\.)")   # nvcc's temporary directory
 
 
 def cuda_source(exe) -> str:
@@ -30,7 +31,7 @@ def _first_error(text: str) -> str:
                       0):]
     for ln in tail:
         if _ERROR.search(ln) and not _NOISE.match(ln):
-            return ln.strip()[:400]
+            return _TMPDIR.sub("", ln.strip())[:400]
     meaningful = [ln.strip() for ln in tail if ln.strip()]
     return meaningful[-1][:400] if meaningful else "unknown error"
 
