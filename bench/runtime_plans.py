@@ -13,6 +13,8 @@ memory without checkpointing, every strategy is applied and measured in the same
 * plan+offload      the MILP plan with offload allowed. On the CPU host and device memory
                     are the same RAM: offload here stands in for a device with separate
                     host memory (the copies are real, the memory they free is not)
+* reference         no checkpointing, measured in every group: its error column shows how
+                    far the machine drifted from the profile (other processes' load)
 
 Measured: saved-activation bytes (saved-tensor hooks) and the median step time over
 rounds that interleave the strategies (the machine is shared and noisy); predicted:
@@ -35,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import gpt  # noqa: E402
 
+from autosched.errors import UserError  # noqa: E402
 from autosched.runtime.api import plan as make_plan  # noqa: E402
 from autosched.runtime.baselines import all_baselines  # noqa: E402
 from autosched.runtime.costmodel import predict  # noqa: E402
@@ -76,9 +79,15 @@ def exact(ref, got) -> bool:
 def candidates(model, inputs, profile, budget_spec):
     """(name, actions or None, note, plan or None) for every strategy at this budget."""
     budget = int(profile.keep_saved_bytes * float(budget_spec.rstrip("%")) / 100)
-    out = [(b.name, b.actions, b.note, None) for b in all_baselines(profile, budget)]
+    out = [("reference", ["keep"] * len(profile.layers), "no checkpointing (drift check)",
+            None)]
+    out += [(b.name, b.actions, b.note, None) for b in all_baselines(profile, budget)]
     for name, prof in (("plan", restrict(profile, DEVICE_ACTIONS)), ("plan+offload", profile)):
-        p = make_plan(model, inputs, budget_spec, gpt.loss_fn, profile=prof)
+        try:
+            p = make_plan(model, inputs, budget_spec, gpt.loss_fn, profile=prof)
+        except UserError as e:
+            out.append((name, None, str(e), None))
+            continue
         out.append((name, p.actions, p.solver["status"], p))
     return budget, out
 
@@ -161,8 +170,8 @@ def _short(actions) -> str:
 
 
 def report(rows) -> None:
-    head = ("budget", "method", "actions", "saved", "pred saved", "ms", "pred ms", "err",
-            "grads", "vs best baseline")
+    head = ("budget", "method", "actions", "saved", "fits", "pred saved", "ms", "pred ms",
+            "err", "grads", "vs best baseline")
     lines = [head]
     for spec in BUDGETS:
         group = [r for r in rows if r["budget"] == spec]
@@ -172,14 +181,20 @@ def report(rows) -> None:
         best = min(base) if base else None
         for r in group:
             if r["actions"] is None:
-                lines.append((spec, r["method"], "-", "-", "-", "-", "-", "-", "-", r["note"]))
+                lines.append((spec, r["method"], "-", "-", "-", "-", "-", "-", "-", "-",
+                              r["note"]))
                 continue
             err = (r["pred_time_s"] - r["time_s"]) / r["time_s"]
             grads = "exact" if r["grad_exact"] else f"rel {r['grad_rel_err']:.1e}"
-            speed = (f"{best / r['time_s']:.2f}x ({100 * (best - r['time_s']) / best:+.1f}%)"
-                     if best else "no baseline fits")
-            lines.append((spec, r["method"], _short(r["actions"]), format_bytes(r["saved"]),
-                          format_bytes(r["pred_saved"]), f"{r['time_s'] * 1e3:.0f}",
+            if not r["fits"] or r["method"] in ("uniform", "megatron", "megatron+uniform",
+                                                "reference"):
+                speed = ""
+            else:
+                speed = (f"{best / r['time_s']:.2f}x ({100 * (best - r['time_s']) / best:+.1f}%)"
+                         if best else "no baseline fits")
+            lines.append((f"{spec} = {format_bytes(r['budget_bytes'])}", r["method"],
+                          _short(r["actions"]), format_bytes(r["saved"]),
+                          "yes" if r["fits"] else "NO", format_bytes(r["pred_saved"]), f"{r['time_s'] * 1e3:.0f}",
                           f"{r['pred_time_s'] * 1e3:.0f}", f"{100 * err:+.1f}%", grads, speed))
     widths = [max(len(str(r[i])) for r in lines) for i in range(len(head))]
     for r in lines:

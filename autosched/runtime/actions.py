@@ -26,7 +26,7 @@ from torch import nn
 from .memeff import clone_structure, swap_memeff
 from .memeff_kernels import TORCH_GELU, TORCH_LAYER_NORM
 from .meter import storage_key
-from .offload import LayerOffload, make_streams
+from .offload import HostPool, LayerOffload, make_streams
 from .policies import full_checkpoint, selective_checkpoint
 
 
@@ -88,6 +88,7 @@ class OffloadSchedule:
     def __init__(self, n_layers: int):
         self.n_layers = n_layers
         self.live: dict[int, LayerOffload] = {}
+        self.pool = HostPool()
         self._streams = None
 
     def streams(self, device):
@@ -133,6 +134,7 @@ class PlannedLayer(nn.Module):
         self.body = build_body(module, action, attention_cores, kernels)
         self._action = action
         self._schedule = schedule
+        self._pool = schedule.pool if schedule is not None else HostPool()
 
     def forward(self, *args, **kwargs):
         a = self._action
@@ -153,7 +155,7 @@ class PlannedLayer(nn.Module):
         excluded = {storage_key(t) for t in state}
         device = next((t.device for t in _tensors(list(args))), torch.device("cpu"))
         streams = self._schedule.streams(device) if self._schedule is not None else None
-        off = LayerOffload(excluded, streams)
+        off = LayerOffload(excluded, streams, self._pool)
         with off.hooks():
             out = self.body(*args, **kwargs)
         off.end_forward(release=self._schedule is None)

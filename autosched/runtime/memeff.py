@@ -70,17 +70,16 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5,
     return _LayerNormFn.apply(x, tuple(normalized_shape), weight, bias, eps, kernel)
 
 
-_INVERTIBLE: dict = {}
-
-
 def _weight_invertible(weight: torch.Tensor) -> bool:
-    # The check reads the weight (a device sync on GPUs): cache it per weight version.
-    key = (id(weight), weight._version)
-    ok = _INVERTIBLE.get(key)
-    if ok is None:
-        if len(_INVERTIBLE) > 4096:
-            _INVERTIBLE.clear()
-        ok = _INVERTIBLE[key] = bool((weight != 0).all())
+    # Reading the weight syncs a GPU: the answer is cached on the tensor per version.
+    cached = getattr(weight, "_autosched_nonzero", None)
+    if cached is not None and cached[0] == weight._version:
+        return cached[1]
+    ok = bool((weight != 0).all())
+    try:
+        weight._autosched_nonzero = (weight._version, ok)
+    except (AttributeError, RuntimeError):
+        pass
     return ok
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .actions import ACTIONS, build_body, PlannedLayer
+from .actions import ACTIONS, PlannedLayer
 from .bandwidth import Bandwidth, host_device_bandwidth
 from .layers import CallCapture, find_container, find_layers, tensors_in
 from .memeff import swappable
