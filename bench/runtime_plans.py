@@ -8,8 +8,8 @@ memory without checkpointing, every strategy is applied and measured in the same
 * uniform           whole-layer checkpointing of the fewest evenly spaced layers that fit
 * megatron          attention-core recomputation in every layer (Megatron-LM selective)
 * megatron+uniform  attention core everywhere plus the fewest whole layers that fit
-* plan              the MILP plan over on-device actions (keep, memeff, recompute_attention,
-                    selective, recompute)
+* plan              the MILP plan over on-device actions (keep, memeff_ln, memeff,
+                    recompute_attention(+memeff_ln), selective, recompute)
 * plan+offload      the MILP plan with offload allowed. On the CPU host and device memory
                     are the same RAM: offload here stands in for a device with separate
                     host memory (the copies are real, the memory they free is not)
@@ -47,8 +47,8 @@ from autosched.runtime.step import measure_step, training_step, zero_grads  # no
 from autosched.runtime.units import format_bytes  # noqa: E402
 
 BUDGETS = ("100%", "60%", "40%", "25%")
-DEVICE_ACTIONS = ("keep", "memeff", "recompute_attention", "recompute_attention+memeff",
-                  "selective", "recompute")
+DEVICE_ACTIONS = ("keep", "memeff_ln", "memeff", "recompute_attention",
+                  "recompute_attention+memeff_ln", "selective", "recompute")
 
 
 def grads_of(model, inputs, original=None):
@@ -163,9 +163,9 @@ def main(argv=None) -> int:
 
 
 def _short(actions) -> str:
-    abbrev = {"keep": "K", "memeff": "M", "recompute_attention": "A",
-              "recompute_attention+memeff": "AM", "selective": "S", "recompute": "R",
-              "offload": "O", "offload+memeff": "OM"}
+    abbrev = {"keep": "K", "memeff_ln": "L", "memeff": "M", "recompute_attention": "A",
+              "recompute_attention+memeff_ln": "AL", "selective": "S", "recompute": "R",
+              "offload": "O", "offload+memeff_ln": "OL"}
     return " ".join(abbrev[a] for a in actions)
 
 
@@ -199,8 +199,8 @@ def report(rows) -> None:
     widths = [max(len(str(r[i])) for r in lines) for i in range(len(head))]
     for r in lines:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
-    print("actions: K keep, M memeff, A recompute_attention, AM both, S selective, "
-          "R recompute, O offload, OM offload+memeff")
+    print("actions: K keep, L memeff_ln, M memeff, A recompute_attention, AL A+L, "
+          "S selective, R recompute, O offload, OL offload+memeff_ln")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """The per-layer actions a plan chooses from, and the wrapper that carries one out.
 
-| action                      | saved for backward                         | extra time            |
-|-----------------------------|--------------------------------------------|-----------------------|
-| keep                        | everything autograd saves                  | none                  |
-| memeff                      | GELU/LayerNorm save output (+mask / 1/std) | lookup in backward    |
-| recompute_attention         | attention core keeps only its inputs       | core forward again    |
-| recompute_attention+memeff  | both of the above                          | both                  |
-| selective                   | outputs of matmul-like ops + layer inputs  | cheap ops again       |
-| recompute                   | the layer's inputs only                    | whole forward again   |
-| offload                     | nothing on the device (copies on host)     | transfers not hidden  |
-| offload+memeff              | host copies of the memeff-reduced set      | smaller transfers     |
+| action                         | saved for backward                       | extra time            |
+|--------------------------------|------------------------------------------|-----------------------|
+| keep                           | everything autograd saves                | none                  |
+| memeff_ln                      | LayerNorms save output + 1/std           | input rebuilt (cheap) |
+| memeff                         | also GELU saves output + 1-byte mask     | derivative lookup     |
+| recompute_attention            | attention core keeps only its inputs     | core forward again    |
+| recompute_attention+memeff_ln  | both of the above                        | both                  |
+| selective                      | outputs of matmul-like ops + layer input | cheap ops again       |
+| recompute                      | the layer's inputs only                  | whole forward again   |
+| offload                        | nothing on the device (copies on host)   | transfers not hidden  |
+| offload+memeff_ln              | host copies of the memeff_ln-reduced set | smaller transfers     |
 
 `recompute` is non-reentrant `torch.utils.checkpoint`; `selective` is the same with a
 `create_selective_checkpoint_contexts` policy (policies.py); `recompute_attention`
@@ -33,20 +34,22 @@ from .policies import full_checkpoint, selective_checkpoint
 @dataclass(frozen=True)
 class Action:
     name: str
-    memeff: bool = False
+    memeff: tuple = ()                # module kinds made memory-efficient
     recompute: str | None = None      # None, "full", "selective" or "attention"
     offload: bool = False
 
 
+LN, ALL = ("layer_norm",), ("gelu", "layer_norm")
 ACTIONS = {a.name: a for a in (
     Action("keep"),
-    Action("memeff", memeff=True),
+    Action("memeff_ln", memeff=LN),
+    Action("memeff", memeff=ALL),
     Action("recompute_attention", recompute="attention"),
-    Action("recompute_attention+memeff", memeff=True, recompute="attention"),
+    Action("recompute_attention+memeff_ln", memeff=LN, recompute="attention"),
     Action("selective", recompute="selective"),
     Action("recompute", recompute="full"),
     Action("offload", offload=True),
-    Action("offload+memeff", memeff=True, offload=True),
+    Action("offload+memeff_ln", memeff=LN, offload=True),
 )}
 
 
@@ -66,7 +69,7 @@ def build_body(module: nn.Module, action: Action, attention_cores=(), kernels=No
     kernels = kernels or {}
     body = module
     if action.memeff:
-        body = swap_memeff(body, kernels.get("gelu", TORCH_GELU),
+        body = swap_memeff(body, action.memeff, kernels.get("gelu", TORCH_GELU),
                            kernels.get("layer_norm", TORCH_LAYER_NORM))
     if action.recompute == "attention":
         body = clone_structure(body) if body is module else body
