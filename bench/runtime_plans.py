@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=5, help="profile runs per layer and action")
+    ap.add_argument("--repeats", type=int, default=3, help="profile runs per layer and action")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--clock", default="cpu", choices=("cpu", "wall"),

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-FORMAT = 2
+FORMAT = 3
 
 
 def default_path() -> Path:
