@@ -8,11 +8,13 @@ memory without checkpointing, every strategy is applied and measured in the same
 * uniform           whole-layer checkpointing of the fewest evenly spaced layers that fit
 * megatron          attention-core recomputation in every layer (Megatron-LM selective)
 * megatron+uniform  attention core everywhere plus the fewest whole layers that fit
-* plan              the MILP plan over on-device actions (keep, memeff, recompute_attention,
-                    selective, recompute)
+* plan              the MILP plan over on-device actions (keep, memeff_ln, memeff,
+                    recompute_attention(+memeff_ln), selective, recompute)
 * plan+offload      the MILP plan with offload allowed. On the CPU host and device memory
                     are the same RAM: offload here stands in for a device with separate
                     host memory (the copies are real, the memory they free is not)
+* reference         no checkpointing, measured in every group: its error column shows how
+                    far the machine drifted from the profile (other processes' load)
 
 Measured: saved-activation bytes (saved-tensor hooks) and the median step time over
 rounds that interleave the strategies (the machine is shared and noisy); predicted:
@@ -35,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import gpt  # noqa: E402
 
+from autosched.errors import UserError  # noqa: E402
 from autosched.runtime.api import plan as make_plan  # noqa: E402
 from autosched.runtime.baselines import all_baselines  # noqa: E402
 from autosched.runtime.costmodel import predict  # noqa: E402
@@ -44,8 +47,8 @@ from autosched.runtime.step import measure_step, training_step, zero_grads  # no
 from autosched.runtime.units import format_bytes  # noqa: E402
 
 BUDGETS = ("100%", "60%", "40%", "25%")
-DEVICE_ACTIONS = ("keep", "memeff", "recompute_attention", "recompute_attention+memeff",
-                  "selective", "recompute")
+DEVICE_ACTIONS = ("keep", "memeff_ln", "memeff", "recompute_attention",
+                  "recompute_attention+memeff_ln", "selective", "recompute")
 
 
 def grads_of(model, inputs, original=None):
@@ -76,9 +79,15 @@ def exact(ref, got) -> bool:
 def candidates(model, inputs, profile, budget_spec):
     """(name, actions or None, note, plan or None) for every strategy at this budget."""
     budget = int(profile.keep_saved_bytes * float(budget_spec.rstrip("%")) / 100)
-    out = [(b.name, b.actions, b.note, None) for b in all_baselines(profile, budget)]
+    out = [("reference", ["keep"] * len(profile.layers), "no checkpointing (drift check)",
+            None)]
+    out += [(b.name, b.actions, b.note, None) for b in all_baselines(profile, budget)]
     for name, prof in (("plan", restrict(profile, DEVICE_ACTIONS)), ("plan+offload", profile)):
-        p = make_plan(model, inputs, budget_spec, gpt.loss_fn, profile=prof)
+        try:
+            p = make_plan(model, inputs, budget_spec, gpt.loss_fn, profile=prof)
+        except UserError as e:
+            out.append((name, None, str(e), None))
+            continue
         out.append((name, p.actions, p.solver["status"], p))
     return budget, out
 
@@ -111,7 +120,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=5, help="profile runs per layer and action")
+    ap.add_argument("--repeats", type=int, default=3, help="profile runs per layer and action")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--clock", default="cpu", choices=("cpu", "wall"),
@@ -154,15 +163,15 @@ def main(argv=None) -> int:
 
 
 def _short(actions) -> str:
-    abbrev = {"keep": "K", "memeff": "M", "recompute_attention": "A",
-              "recompute_attention+memeff": "AM", "selective": "S", "recompute": "R",
-              "offload": "O", "offload+memeff": "OM"}
+    abbrev = {"keep": "K", "memeff_ln": "L", "memeff": "M", "recompute_attention": "A",
+              "recompute_attention+memeff_ln": "AL", "selective": "S", "recompute": "R",
+              "offload": "O", "offload+memeff_ln": "OL"}
     return " ".join(abbrev[a] for a in actions)
 
 
 def report(rows) -> None:
-    head = ("budget", "method", "actions", "saved", "pred saved", "ms", "pred ms", "err",
-            "grads", "vs best baseline")
+    head = ("budget", "method", "actions", "saved", "fits", "pred saved", "ms", "pred ms",
+            "err", "grads", "vs best baseline")
     lines = [head]
     for spec in BUDGETS:
         group = [r for r in rows if r["budget"] == spec]
@@ -172,20 +181,26 @@ def report(rows) -> None:
         best = min(base) if base else None
         for r in group:
             if r["actions"] is None:
-                lines.append((spec, r["method"], "-", "-", "-", "-", "-", "-", "-", r["note"]))
+                lines.append((spec, r["method"], "-", "-", "-", "-", "-", "-", "-", "-",
+                              r["note"]))
                 continue
             err = (r["pred_time_s"] - r["time_s"]) / r["time_s"]
             grads = "exact" if r["grad_exact"] else f"rel {r['grad_rel_err']:.1e}"
-            speed = (f"{best / r['time_s']:.2f}x ({100 * (best - r['time_s']) / best:+.1f}%)"
-                     if best else "no baseline fits")
-            lines.append((spec, r["method"], _short(r["actions"]), format_bytes(r["saved"]),
-                          format_bytes(r["pred_saved"]), f"{r['time_s'] * 1e3:.0f}",
+            if not r["fits"] or r["method"] in ("uniform", "megatron", "megatron+uniform",
+                                                "reference"):
+                speed = ""
+            else:
+                speed = (f"{best / r['time_s']:.2f}x ({100 * (best - r['time_s']) / best:+.1f}%)"
+                         if best else "no baseline fits")
+            lines.append((f"{spec} = {format_bytes(r['budget_bytes'])}", r["method"],
+                          _short(r["actions"]), format_bytes(r["saved"]),
+                          "yes" if r["fits"] else "NO", format_bytes(r["pred_saved"]), f"{r['time_s'] * 1e3:.0f}",
                           f"{r['pred_time_s'] * 1e3:.0f}", f"{100 * err:+.1f}%", grads, speed))
     widths = [max(len(str(r[i])) for r in lines) for i in range(len(head))]
     for r in lines:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
-    print("actions: K keep, M memeff, A recompute_attention, AM both, S selective, "
-          "R recompute, O offload, OM offload+memeff")
+    print("actions: K keep, L memeff_ln, M memeff, A recompute_attention, AL A+L, "
+          "S selective, R recompute, O offload, OL offload+memeff_ln")
 
 
 if __name__ == "__main__":

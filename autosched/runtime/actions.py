@@ -1,15 +1,16 @@
 """The per-layer actions a plan chooses from, and the wrapper that carries one out.
 
-| action                      | saved for backward                         | extra time            |
-|-----------------------------|--------------------------------------------|-----------------------|
-| keep                        | everything autograd saves                  | none                  |
-| memeff                      | GELU/LayerNorm save output (+mask / 1/std) | lookup in backward    |
-| recompute_attention         | attention core keeps only its inputs       | core forward again    |
-| recompute_attention+memeff  | both of the above                          | both                  |
-| selective                   | outputs of matmul-like ops + layer inputs  | cheap ops again       |
-| recompute                   | the layer's inputs only                    | whole forward again   |
-| offload                     | nothing on the device (copies on host)     | transfers not hidden  |
-| offload+memeff              | host copies of the memeff-reduced set      | smaller transfers     |
+| action                         | saved for backward                       | extra time            |
+|--------------------------------|------------------------------------------|-----------------------|
+| keep                           | everything autograd saves                | none                  |
+| memeff_ln                      | LayerNorms save output + 1/std           | input rebuilt (cheap) |
+| memeff                         | also GELU saves output + 1-byte mask     | derivative lookup     |
+| recompute_attention            | attention core keeps only its inputs     | core forward again    |
+| recompute_attention+memeff_ln  | both of the above                        | both                  |
+| selective                      | outputs of matmul-like ops + layer input | cheap ops again       |
+| recompute                      | the layer's inputs only                  | whole forward again   |
+| offload                        | nothing on the device (copies on host)   | transfers not hidden  |
+| offload+memeff_ln              | host copies of the memeff_ln-reduced set | smaller transfers     |
 
 `recompute` is non-reentrant `torch.utils.checkpoint`; `selective` is the same with a
 `create_selective_checkpoint_contexts` policy (policies.py); `recompute_attention`
@@ -26,27 +27,29 @@ from torch import nn
 from .memeff import clone_structure, swap_memeff
 from .memeff_kernels import TORCH_GELU, TORCH_LAYER_NORM
 from .meter import storage_key
-from .offload import LayerOffload, make_streams
+from .offload import HostPool, LayerOffload, make_streams
 from .policies import full_checkpoint, selective_checkpoint
 
 
 @dataclass(frozen=True)
 class Action:
     name: str
-    memeff: bool = False
+    memeff: tuple = ()                # module kinds made memory-efficient
     recompute: str | None = None      # None, "full", "selective" or "attention"
     offload: bool = False
 
 
+LN, ALL = ("layer_norm",), ("gelu", "layer_norm")
 ACTIONS = {a.name: a for a in (
     Action("keep"),
-    Action("memeff", memeff=True),
+    Action("memeff_ln", memeff=LN),
+    Action("memeff", memeff=ALL),
     Action("recompute_attention", recompute="attention"),
-    Action("recompute_attention+memeff", memeff=True, recompute="attention"),
+    Action("recompute_attention+memeff_ln", memeff=LN, recompute="attention"),
     Action("selective", recompute="selective"),
     Action("recompute", recompute="full"),
     Action("offload", offload=True),
-    Action("offload+memeff", memeff=True, offload=True),
+    Action("offload+memeff_ln", memeff=LN, offload=True),
 )}
 
 
@@ -66,7 +69,7 @@ def build_body(module: nn.Module, action: Action, attention_cores=(), kernels=No
     kernels = kernels or {}
     body = module
     if action.memeff:
-        body = swap_memeff(body, kernels.get("gelu", TORCH_GELU),
+        body = swap_memeff(body, action.memeff, kernels.get("gelu", TORCH_GELU),
                            kernels.get("layer_norm", TORCH_LAYER_NORM))
     if action.recompute == "attention":
         body = clone_structure(body) if body is module else body
@@ -88,6 +91,7 @@ class OffloadSchedule:
     def __init__(self, n_layers: int):
         self.n_layers = n_layers
         self.live: dict[int, LayerOffload] = {}
+        self.pool = HostPool()
         self._streams = None
 
     def streams(self, device):
@@ -133,6 +137,7 @@ class PlannedLayer(nn.Module):
         self.body = build_body(module, action, attention_cores, kernels)
         self._action = action
         self._schedule = schedule
+        self._pool = schedule.pool if schedule is not None else HostPool()
 
     def forward(self, *args, **kwargs):
         a = self._action
@@ -153,7 +158,7 @@ class PlannedLayer(nn.Module):
         excluded = {storage_key(t) for t in state}
         device = next((t.device for t in _tensors(list(args))), torch.device("cpu"))
         streams = self._schedule.streams(device) if self._schedule is not None else None
-        off = LayerOffload(excluded, streams)
+        off = LayerOffload(excluded, streams, self._pool)
         with off.hooks():
             out = self.body(*args, **kwargs)
         off.end_forward(release=self._schedule is None)

@@ -3,7 +3,7 @@
 Time (Mist-style overlap): rest + sum over layers of the action's compute (forward and
 backward, recomputation included) + the part of each offload transfer that other layers'
 compute does not hide. An offloaded layer's compute is that of the same layer without
-offload (keep, or memeff for offload+memeff); its transfers take host_bytes / bandwidth
+offload (keep, or memeff_ln for offload+memeff_ln); its transfers take host_bytes / bandwidth
 each way. With a copy engine (CUDA), layer i's device-to-host copy hides behind layer
 i+1's forward and its host-to-device prefetch behind layer i+1's backward (the last layer
 has no window); offload.py and actions.OffloadSchedule implement exactly those windows.
@@ -20,11 +20,13 @@ from .actions import ACTIONS
 
 
 def base_action(name: str) -> str:
-    """The action whose compute an offloaded layer runs ("offload+memeff" -> "memeff")."""
-    a = ACTIONS[name]
-    if not a.offload:
+    """The action whose compute an offloaded layer runs ("offload+memeff_ln" -> "memeff_ln")."""
+    if not ACTIONS[name].offload:
         return name
-    return "memeff" if a.memeff else "keep"
+    base = name.partition("+")[2] or "keep"
+    if base not in ACTIONS or ACTIONS[base].offload:
+        raise ValueError(f"{name}: no on-device action to take its compute from")
+    return base
 
 
 def compute_times(layer, name: str) -> tuple[float, float]:

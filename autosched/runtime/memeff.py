@@ -70,17 +70,16 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5,
     return _LayerNormFn.apply(x, tuple(normalized_shape), weight, bias, eps, kernel)
 
 
-_INVERTIBLE: dict = {}
-
-
 def _weight_invertible(weight: torch.Tensor) -> bool:
-    # The check reads the weight (a device sync on GPUs): cache it per weight version.
-    key = (id(weight), weight._version)
-    ok = _INVERTIBLE.get(key)
-    if ok is None:
-        if len(_INVERTIBLE) > 4096:
-            _INVERTIBLE.clear()
-        ok = _INVERTIBLE[key] = bool((weight != 0).all())
+    # Reading the weight syncs a GPU: the answer is cached on the tensor per version.
+    cached = getattr(weight, "_autosched_nonzero", None)
+    if cached is not None and cached[0] == weight._version:
+        return cached[1]
+    ok = bool((weight != 0).all())
+    try:
+        weight._autosched_nonzero = (weight._version, ok)
+    except (AttributeError, RuntimeError):
+        pass
     return ok
 
 
@@ -111,10 +110,13 @@ class MemEffLayerNorm(nn.Module):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps, self.kernel)
 
 
-def swappable(module: nn.Module) -> list[str]:
-    """Names of the nn.GELU / nn.LayerNorm submodules a memory-efficient swap replaces."""
-    return [n for n, m in module.named_modules()
-            if type(m) in (nn.GELU, nn.LayerNorm) and n]
+KINDS = {"gelu": nn.GELU, "layer_norm": nn.LayerNorm}
+
+
+def swappable(module: nn.Module, kinds=("gelu", "layer_norm")) -> list[str]:
+    """Names of the submodules of these kinds (exactly nn.GELU / nn.LayerNorm) a swap replaces."""
+    types = tuple(KINDS[k] for k in kinds)
+    return [n for n, m in module.named_modules() if type(m) in types and n]
 
 
 def clone_structure(module: nn.Module) -> nn.Module:
@@ -134,11 +136,12 @@ def clone_structure(module: nn.Module) -> nn.Module:
     return new
 
 
-def swap_memeff(module: nn.Module, gelu_kernel: Kernel = TORCH_GELU,
+def swap_memeff(module: nn.Module, kinds=("gelu", "layer_norm"), gelu_kernel: Kernel = TORCH_GELU,
                 ln_kernel: Kernel = TORCH_LAYER_NORM) -> nn.Module:
-    """A structure clone of `module` with its GELU and LayerNorm modules made memory-efficient."""
+    """A structure clone of `module` whose GELU and/or LayerNorm modules (`kinds`) are
+    memory-efficient."""
     new = clone_structure(module)
-    for name in swappable(new):
+    for name in swappable(new, kinds):
         parent_name, _, child = name.rpartition(".")
         parent = new.get_submodule(parent_name) if parent_name else new
         old = getattr(parent, child)
@@ -148,7 +151,8 @@ def swap_memeff(module: nn.Module, gelu_kernel: Kernel = TORCH_GELU,
     return new
 
 
-def predicted_savings(module: nn.Module, inputs_by_name: dict) -> int:
+def predicted_savings(module: nn.Module, inputs_by_name: dict,
+                      kinds=("gelu", "layer_norm")) -> int:
     """Bytes a memory-efficient swap frees, given each swapped submodule's input tensor.
 
     Assumes (as in a transformer block) that each swapped module's output is saved by its
@@ -156,7 +160,7 @@ def predicted_savings(module: nn.Module, inputs_by_name: dict) -> int:
     the per-row mean (saved by aten.native_layer_norm) go; 1/std stays in both.
     """
     total = 0
-    for name in swappable(module):
+    for name in swappable(module, kinds):
         x = inputs_by_name[name]
         m = module.get_submodule(name)
         if isinstance(m, nn.GELU):

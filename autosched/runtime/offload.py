@@ -12,9 +12,15 @@ begins; unpacking waits for the copy's event. On the CPU there is no copy engine
 copies are plain memcpys on the calling thread, and host and device are the same memory,
 so offloading moves activations out of the tensors autograd holds (what the budget counts)
 without lowering the process's memory. Parameters and buffers are never offloaded.
+
+Host buffers come from a pool (HostPool) and go back to it once backward has unpacked
+them, so a training loop copies into warm memory (pinned on CUDA) instead of allocating
+every step. A storage is therefore available to one backward per forward, as with
+selective checkpointing; a second backward through an offloaded layer is an error.
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +28,26 @@ import torch
 from .meter import report_saved, storage_key
 
 MIN_OFFLOAD_BYTES = 1024      # smaller storages stay on the device (copy overhead > gain)
+
+
+class HostPool:
+    """Host buffers kept for reuse, by size in bytes (pinned when they serve a GPU)."""
+
+    def __init__(self):
+        self._free = defaultdict(list)
+
+    def take(self, nbytes: int, pin: bool) -> torch.Tensor:
+        free = self._free[(nbytes, pin)]
+        if free:
+            return free.pop()
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
+
+    def give(self, buf: torch.Tensor) -> None:
+        self._free[(buf.numel(), buf.is_pinned())].append(buf)
+
+    @property
+    def bytes_held(self) -> int:
+        return sum(n * len(v) for (n, _), v in self._free.items())
 
 
 @dataclass
@@ -44,17 +70,17 @@ class _Stored:
         self.handles = 0                  # saved slots pointing here
         self.unpacked = 0
 
-    def to_host(self, stream) -> None:
+    def to_host(self, stream, pool: HostPool) -> None:
         src = self.original
+        self.host = pool.take(src.numel(), pin=src.is_cuda)   # a separate tensor
         if src.is_cuda:
-            self.host = torch.empty(src.numel(), dtype=torch.uint8, pin_memory=True)
             stream.wait_stream(torch.cuda.current_stream(src.device))
             with torch.cuda.stream(stream):
                 self.host.copy_(src, non_blocking=True)
                 self.event = torch.cuda.Event()
                 self.event.record(stream)
         else:
-            self.host = src.clone()       # a separate tensor: the host copy
+            self.host.copy_(src)
 
     def drop_original(self) -> None:
         if self.event is not None:
@@ -65,6 +91,9 @@ class _Stored:
     def to_device(self, stream) -> None:
         if self.device is not None:
             return
+        if self.host is None:
+            raise RuntimeError("offloaded activations were already used by a backward: an "
+                               "offloaded layer supports one backward per forward")
         if self.original is not None:     # never released (the copy was not needed yet)
             self.device = self.original
             return
@@ -90,9 +119,10 @@ class _Stored:
 class LayerOffload:
     """Saved-tensor hooks for one layer's forward, plus its prefetch and release."""
 
-    def __init__(self, excluded_keys: set, streams=None):
+    def __init__(self, excluded_keys: set, streams=None, pool: HostPool | None = None):
         self.excluded = excluded_keys
         self.streams = streams          # (offload stream, prefetch stream) on CUDA
+        self.pool = pool if pool is not None else HostPool()
         self.entries: list[_Stored] = []
         self._by_key: dict = {}         # only while the forward runs: keys are unique then
 
@@ -109,7 +139,7 @@ class LayerOffload:
         if entry is None:
             raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
             entry = self._by_key[key] = _Stored(raw)
-            entry.to_host(self.streams[0] if self.streams else None)
+            entry.to_host(self.streams[0] if self.streams else None, self.pool)
             report_saved(entry.host, "host")
             self.entries.append(entry)
         entry.handles += 1
@@ -125,7 +155,10 @@ class LayerOffload:
         out.set_(raw.untyped_storage(), packed.offset, packed.size, packed.stride)
         entry.unpacked += 1
         if entry.unpacked >= entry.handles:
-            entry.device = None     # backward holds what it unpacked; the host copy stays
+            # Backward holds what it unpacked: our device copy and the host buffer can go.
+            entry.device = None
+            self.pool.give(entry.host)
+            entry.host = None
         return out
 
     def end_forward(self, release: bool) -> None:

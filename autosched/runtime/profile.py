@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .actions import ACTIONS, build_body, PlannedLayer
+from .actions import ACTIONS, PlannedLayer
 from .bandwidth import Bandwidth, host_device_bandwidth
 from .layers import CallCapture, find_container, find_layers, tensors_in
 from .memeff import swappable
@@ -146,19 +146,24 @@ def signature(module, call) -> str:
 
 def applicable_actions(module, trace, allow_offload: bool) -> list[str]:
     """The actions that mean something for this layer (keep and recompute always do)."""
-    has_swap = bool(swappable(module))
+    has_ln = bool(swappable(module, ("layer_norm",)))
+    has_gelu = bool(swappable(module, ("gelu",)))
     has_core = bool(attention_cores(module, trace))
     names = ["keep", "recompute"]
-    if has_swap:
+    if has_ln:
+        names.append("memeff_ln")
+    if has_gelu:
         names.append("memeff")
     if has_core:
         names.append("recompute_attention")
-        if has_swap:
-            names.append("recompute_attention+memeff")
+        if has_ln:
+            names.append("recompute_attention+memeff_ln")
     if trace.names() & COMPUTE_HEAVY:
         names.append("selective")
     if allow_offload:
-        names += ["offload", "offload+memeff"] if has_swap else ["offload"]
+        names.append("offload")
+        if has_ln:
+            names.append("offload+memeff_ln")
     return names
 
 

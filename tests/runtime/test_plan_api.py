@@ -134,3 +134,21 @@ def test_malformed_budget_fails_before_profiling(tiny):
     model, inputs, loss_fn = tiny
     with pytest.raises(UserError, match="not understood"):
         rt.plan(model, inputs, "lots", loss_fn)
+
+
+@pytest.mark.slow
+def test_six_layer_gpt_at_40_percent(gpt, bw_path, grads):
+    """The bench model (6 layers, width 256, seq 128, batch 8, fp32): budget met as measured,
+    bytes predicted exactly, gradients within the memeff_ln tolerance."""
+    model, inputs = gpt.make_model(), gpt.make_inputs()
+    prof = profile_model(model, inputs, gpt.loss_fn, repeats=1, bandwidth_path=bw_path,
+                         actions=["keep", "memeff_ln", "recompute"])
+    plan = rt.plan(model, inputs, "40%", gpt.loss_fn, profile=prof)
+    planned = rt.apply(model, plan)
+    measured = measure_step(planned, inputs, gpt.loss_fn, repeats=1)
+    assert measured.saved_bytes <= plan.budget["bytes"] == int(0.4 * prof.keep_saved_bytes)
+    assert measured.saved_bytes == plan.predicted["saved_bytes"]
+    ref, got = grads(model, model, inputs, gpt.loss_fn), grads(model, planned, inputs,
+                                                               gpt.loss_fn)
+    for name, r in ref.items():
+        assert (got[name] - r).abs().max() <= MEMEFF_REL * r.abs().max(), name

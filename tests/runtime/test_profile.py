@@ -60,6 +60,14 @@ def test_rest_and_layers_add_up_to_the_measured_step(tiny_gpt, bw_path):
     assert set(prof.layers[0].options) == {"keep", "recompute"}
     assert prof.layers[0].attention_cores == ["attn.core"]
     assert prof.layers[0].memeff_modules == ["ln1", "ln2", "act"]
+    from autosched.runtime.profile import applicable_actions
+    from autosched.runtime.trace import trace_ops
+
+    call = _call(model, inputs)
+    assert applicable_actions(model.blocks[0], trace_ops(model.blocks[0], call.args,
+                                                         call.kwargs), True) == [
+        "keep", "recompute", "memeff_ln", "memeff", "recompute_attention",
+        "recompute_attention+memeff_ln", "selective", "offload", "offload+memeff_ln"]
     assert signature(model.blocks[0], _call(model, inputs)) == \
         signature(model.blocks[1], _call(model, inputs, 1))
 
