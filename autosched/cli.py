@@ -12,7 +12,8 @@ import sys
 from .errors import UserError
 
 # Subcommands implemented in their own modules: each has add_parser(subparsers) and run(args).
-SUBCOMMAND_MODULES = ("autosched.cli_db", "autosched.cli_workers")
+SUBCOMMAND_MODULES = ("autosched.cli_db", "autosched.cli_model", "autosched.cli_plan",
+                      "autosched.cli_workers")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -149,11 +149,20 @@ def _loop(states, config, target, versions, db, measurer, scheduler, callbacks) 
         if not proposals:
             st.exhausted = True
             continue
-        results = _measure(st, proposals, target, measurer)
-        records = _record(st, proposals, results, target, versions, config, db, callbacks)
+        results = []
+        # Commit as results arrive, a build-parallel chunk at a time: a kill loses at most
+        # the chunk in flight, never a completed measurement. A runner that measures
+        # several candidates at once (RPC sessions) gets chunks it can fill.
+        step = max(1, config.measure.build_workers,
+                   getattr(getattr(measurer, "runner", None), "concurrency", 1))
+        for start in range(0, len(proposals), step):
+            chunk = proposals[start:start + step]
+            chunk_results = _measure(st, chunk, target, measurer)
+            _record(st, chunk, chunk_results, target, versions, config, db, callbacks)
+            results += chunk_results
         st.strategy.update(st.space, [c for c, _ in proposals], [m for _, m in proposals], results)
         st.history.append(st.best_latency)
-        done += len(records)
+        done += len(proposals)
         for cb in callbacks:
             cb.on_batch(states, done, config.trials)
 
@@ -190,7 +199,7 @@ def _record(st, proposals, results, target, versions, config, db, callbacks):
 
     records = [make_record(st.task, target, cand, res, versions, config.measure.to_json())
                for (cand, _), res in zip(proposals, results)]
-    ids = db.add_records(records)
+    ids = db.add_records(records)  # one transaction
     for (cand, _), res, rec, rid in zip(proposals, results, records, ids):
         st.measured.add(cand.key)
         st.trials += 1

@@ -39,7 +39,9 @@ class Database(Protocol):
         """Records matching the filters, in insertion order (for training and listing)."""
 
     def tasks(self) -> list[dict]:
-        """Every registered workload instance."""
+        """Every registered workload instance, in Task.to_json() shape. "flops" is None
+        (and "inputs"/"outputs" empty) for a workload known only from imported records,
+        until a tuner registers it."""
 
     def stats(self) -> dict:
         """Counts per task/target: records, ok, failures by kind, best latency."""

@@ -15,6 +15,7 @@ import logging
 import os
 import random
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
@@ -72,6 +73,8 @@ class SqliteDatabase(SqlDatabase):
         self.lock_timeout = lock_timeout
         # SQLite's own busy wait, per attempt; _retry keeps trying until lock_timeout.
         self._busy_ms = int(min(lock_timeout, 1.0) * 1000)
+        # One connection per object; the lock keeps threads' transactions apart.
+        self._lock = threading.RLock()
         self._conn = self._connect()
         try:
             self._retry(self._configure)
@@ -137,6 +140,10 @@ class SqliteDatabase(SqlDatabase):
 
     def _transaction(self, fn: Callable[..., T], *, write: bool) -> T:
         def once() -> T:
+            with self._lock:
+                return attempt()
+
+        def attempt() -> T:
             self._conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 out = fn(self._conn.cursor())
@@ -150,16 +157,22 @@ class SqliteDatabase(SqlDatabase):
         return self._retry(once)
 
     def _stream(self, sql: str, params: tuple, batch: int) -> Iterator[tuple]:
-        # One SELECT reads one consistent snapshot in WAL mode.
-        cur = self._retry(lambda: self._conn.execute(sql, params))
+        # Its own connection, so the caller may query or write through this object
+        # while iterating; one SELECT reads one consistent snapshot in WAL mode.
+        memory = self.path == ":memory:"
+        conn = self._conn if memory else self._connect()
         try:
+            if not memory:
+                conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            cur = self._retry(lambda: conn.execute(sql, params))
             while True:
                 chunk = self._retry(lambda: cur.fetchmany(batch))
                 if not chunk:
                     return
                 yield from chunk
         finally:
-            cur.close()
+            if not memory:
+                conn.close()
 
     def _user_error(self, e: sqlite3.Error) -> Exception:
         """The sqlite errors a user can act on become one clear line."""

@@ -48,6 +48,11 @@ class LocalBuilder:
         os.makedirs(self.out_dir, exist_ok=True)
         self._slots = [_Slot() for _ in range(max(1, settings.build_workers))]
 
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live build workers (for diagnostics)."""
+        return [s.worker.pid for s in self._slots if s.worker is not None]
+
     def build(self, inputs: list[MeasureInput]) -> list[BuildArtifact]:
         """One artifact per input, in order. Never raises for a candidate's failure."""
         results: list[BuildArtifact | None] = [None] * len(inputs)
@@ -60,7 +65,18 @@ class LocalBuilder:
         while jobs or any(s.job for s in self._slots):
             self._dispatch(jobs, results)
             self._wait(results)
+        self._settle()
         return results  # type: ignore[return-value]
+
+    def _settle(self) -> None:
+        """Let workers still importing TVM finish now, so that they do not load the
+        CPU while the runner times kernels."""
+        for slot in self._slots:
+            if slot.worker is not None and not slot.worker.ready:
+                try:
+                    slot.worker.wait_ready(max(1.0, slot.deadline - time.monotonic()))
+                except RuntimeError:
+                    slot.worker = None  # wait_ready killed it; the next build retries
 
     def _request(self, inp: MeasureInput) -> dict:
         import tvm
@@ -72,10 +88,12 @@ class LocalBuilder:
 
     def _dispatch(self, jobs, results) -> None:
         now = time.monotonic()
+        free = sum(1 for s in self._slots if s.worker is not None and s.job is None)
         for slot in self._slots:
-            if slot.worker is None and jobs:
+            if slot.worker is None and len(jobs) > free:  # start only the workers needed
                 slot.worker = WorkerProcess("build", self.log_dir)
                 slot.deadline = now + STARTUP_TIMEOUT
+                free += 1
             if slot.worker and slot.worker.ready and slot.job is None and jobs:
                 slot.job = jobs.popleft()
                 slot.started = now

@@ -21,6 +21,8 @@ from .settings import MeasureInput, MeasureSettings
 from .worker import WorkerDied, WorkerProcess
 
 DEVICES = {"llvm": "cpu", "cuda": "cuda"}  # target kind -> TVM device type
+# A worker keeps every library it loaded mapped; start a fresh one now and then.
+RUNS_PER_WORKER = 500
 
 
 class LocalRunner:
@@ -31,7 +33,14 @@ class LocalRunner:
         self.work_dir = work_dir
         self.log_dir = os.path.join(work_dir, "workers")
         self._worker: WorkerProcess | None = None
+        self._runs = 0  # candidates run by the current worker
         self._references: dict[str, Reference] = {}
+
+    @property
+    def worker_pid(self) -> int | None:
+        """Process id of the current run worker (None before the first run); a failure
+        replaces it with a fresh one (for diagnostics)."""
+        return self._worker.pid if self._worker is not None else None
 
     def run(self, inputs: list[MeasureInput],
             artifacts: list[BuildArtifact]) -> list[MeasureResult]:
@@ -59,18 +68,21 @@ class LocalRunner:
 
     def _run_one(self, ref: Reference, inp: MeasureInput, art: BuildArtifact) -> MeasureResult:
         request = self._request(ref, inp, art)
+        if self._runs >= RUNS_PER_WORKER:
+            self._replace_worker()
         worker = self._ready_worker()
+        self._runs += 1
         start = time.monotonic()
         try:
             worker.send(request)
             reply = worker.wait_reply(self.settings.run_timeout)
         except WorkerDied as e:
-            self._drop_worker()
+            self._replace_worker()
             return MeasureResult.failure("run_error", f"run worker {e}",
                                          run_seconds=time.monotonic() - start)
         seconds = time.monotonic() - start
         if reply is None:
-            self._drop_worker()
+            self._replace_worker()
             return MeasureResult.failure(
                 "run_timeout", f"run did not finish within {self.settings.run_timeout:g}s; "
                 "worker killed", run_seconds=seconds)
@@ -81,11 +93,21 @@ class LocalRunner:
 
     def _ready_worker(self) -> WorkerProcess:
         if self._worker is None or not self._worker.alive():
-            self._drop_worker()
-            worker = WorkerProcess("run", self.log_dir)
-            worker.wait_ready()
-            self._worker = worker
+            self._replace_worker()
+        if not self._worker.ready:
+            try:
+                self._worker.wait_ready()
+            finally:
+                if not self._worker.ready:
+                    self._worker = None
         return self._worker
+
+    def _replace_worker(self) -> None:
+        """Kill the current worker and start the next one now: it imports TVM while
+        the caller records this result (nothing is being timed meanwhile)."""
+        self._drop_worker()
+        self._worker = WorkerProcess("run", self.log_dir)
+        self._runs = 0
 
     def _drop_worker(self) -> None:
         if self._worker is not None:
@@ -99,22 +121,25 @@ class LocalRunner:
 
 # ----------------------------------------------------------------- worker side
 
-_LOADED: dict[str, tuple] = {}  # reference directory -> (specs, inputs, expected, tols)
+# (reference directory, meta.json mtime) -> (specs, inputs, expected, tolerances):
+# consecutive candidates of one task reuse the arrays; a rewritten reference is reread.
+_LOADED: dict[tuple[str, int], tuple] = {}
 _LOADED_MAX = 4
 
 
 def _load_reference(directory: str) -> tuple:
     from .reference import load_reference
 
-    if directory not in _LOADED:
+    key = (directory, os.stat(os.path.join(directory, "meta.json")).st_mtime_ns)
+    if key not in _LOADED:
         ref = load_reference(directory)
         if ref is None:
             raise FileNotFoundError(f"no complete reference in {directory}")
         inputs, expected = ref.arrays()
-        _LOADED[directory] = (ref.specs(), inputs, expected, ref.tolerances())
+        _LOADED[key] = (ref.specs(), inputs, expected, ref.tolerances())
         while len(_LOADED) > _LOADED_MAX:
             _LOADED.pop(next(iter(_LOADED)))
-    return _LOADED[directory]
+    return _LOADED[key]
 
 
 def _fail(kind: str, msg: str) -> dict:

@@ -92,8 +92,10 @@ class _Batch:
 
 class RPCRunner:
     """Runs artifacts on the servers registered under `address.key` at the tracker.
-    `stats` counts sessions ("measured"), lost servers ("lost") and retries ("retried");
-    `servers_used` counts measured candidates per server address."""
+    `concurrency` is how many candidates it measures at once (servers of the key at the
+    last look, at most `address.sessions`); `stats` counts sessions ("measured"), lost
+    servers ("lost") and retries ("retried"); `servers_used` counts measured candidates
+    per server address."""
 
     def __init__(self, settings: MeasureSettings, work_dir: str, address: RPCAddress):
         self.settings = settings
@@ -106,7 +108,7 @@ class RPCRunner:
         self._references: dict[str, Reference] = {}
         self._workers: list[WorkerProcess | None] = []
         self._lock = threading.Lock()
-        self._check_farm()
+        self.concurrency = min(address.sessions, self._check_farm())
 
     # ------------------------------------------------------------------ the farm
 
@@ -114,8 +116,9 @@ class RPCRunner:
         info = summary(self.address.host, self.address.port)
         return servers_by_key(info).get(self.address.key, [])
 
-    def _check_farm(self) -> None:
-        """UserError unless the tracker answers and has a server of our key."""
+    def _check_farm(self) -> int:
+        """How many servers our key has; UserError unless the tracker answers and the key
+        has at least one."""
         a = self.address
         try:
             info = summary(a.host, a.port)
@@ -126,6 +129,7 @@ class RPCRunner:
             there = f"keys there: {', '.join(sorted(keys))}" if keys else "it has no servers"
             raise UserError(f"--runner {a}: no RPC server is registered under key "
                             f"'{a.key}' at tracker {a.tracker} ({there})")
+        return len(keys[a.key])
 
     def _count_or_stop(self) -> int:
         """How many servers of our key are registered; NoServersLeft when none."""
@@ -170,7 +174,8 @@ class RPCRunner:
                 "check": s.check_correctness}
 
     def _run_batch(self, batch: _Batch) -> None:
-        sessions = min(len(batch.queue), self._count_or_stop(), self.address.sessions)
+        self.concurrency = min(self.address.sessions, self._count_or_stop())
+        sessions = min(len(batch.queue), self.concurrency)
         self._start_workers(sessions)
         threads = [threading.Thread(target=self._serve, args=(slot, batch), daemon=True,
                                     name=f"autosched-rpc-{slot}") for slot in range(sessions)]

@@ -134,10 +134,10 @@ class WorkerProcess:
             self.kill()
             raise RuntimeError(f"measurement worker ({self.role}) failed to start: {e}") from None
         if reply is None or not reply.get("ready"):
-            msg = self.death_message()
+            tail = self.log_tail()
             self.kill()
             raise RuntimeError(f"measurement worker ({self.role}) did not start within "
-                               f"{timeout:.0f}s: {msg}")
+                               f"{timeout:.0f}s; log: {tail}")
         self.ready = True
 
     def death_message(self) -> str:

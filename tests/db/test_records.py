@@ -167,3 +167,28 @@ def test_reopen_keeps_everything(db_url):
     with open_database(db_url) as db:
         assert [r.id for r in db.records()] == ids
         assert db.add_records([make_rec(cand=0)]) == [None]
+
+
+def test_query_and_write_while_streaming(db):
+    ids = db.add_records([make_rec(cand=i, latency=(i + 1) * 1e-3) for i in range(5)])
+    seen = []
+    for rec in db.iter_records(batch=2):
+        seen.append(rec.id)
+        assert db.best(MM, A, H1, V).id == ids[0]
+        db.add_records([make_rec(cand=100 + len(seen))])
+    assert seen == ids  # the snapshot taken when the stream started
+    assert db.count() == 10
+
+
+def test_threads_share_one_database_object(db):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(t):
+        for i in range(20):
+            db.add_records([make_rec(cand=f"t{t}-{i}")])
+            db.best(MM, A, H1, V)
+        return t
+
+    with ThreadPoolExecutor(4) as pool:
+        assert sorted(pool.map(work, range(4))) == [0, 1, 2, 3]
+    assert db.count() == 80

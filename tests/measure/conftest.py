@@ -17,16 +17,17 @@ FAST = dict(number=2, repeat=3, min_repeat_ms=0, warmup=1, build_workers=2,
             build_timeout=10.0, run_timeout=6.0)
 
 
-def make_task(op_file: str, **args):
+def make_task(op_file: str, workload: str | None = None, **args):
     from autosched.workload import load_tasks
 
     items = [f"{k}={v}" for k, v in args.items()]
-    return load_tasks(str(EXAMPLES / op_file), arg_items=items)[0]
+    names = [workload] if workload else None
+    return load_tasks(str(EXAMPLES / op_file), names, arg_items=items)[0]
 
 
 @pytest.fixture(scope="session")
 def task_of():
-    """task_of("matmul.py", M=8, ...) -> Task from the example op file."""
+    """task_of("matmul.py", [workload], M=8, ...) -> Task from an example op file."""
     return make_task
 
 
@@ -92,12 +93,10 @@ def _broken_kernels():
     def plus_one(A: T.Buffer((N, N), "float32"), B: T.Buffer((N, N), "float32"),
                  C: T.Buffer((N, N), "float32")):
         T.func_attr({"global_symbol": "main", "tir.noalias": True})
-        for i, j, k in T.grid(N, N, N):
-            with T.sblock("C"):
-                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-                with T.init():
-                    C[vi, vj] = T.float32(1)
-                C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+        for i, j in T.grid(N, N):
+            C[i, j] = T.float32(1)  # computes A @ B + 1
+            for k in range(N):
+                C[i, j] = C[i, j] + A[i, k] * B[k, j]
 
     @T.prim_func
     def zeros(A: T.Buffer((N, N), "float32"), B: T.Buffer((N, N), "float32"),
@@ -110,23 +109,19 @@ def _broken_kernels():
     def half_written(A: T.Buffer((N, N), "float32"), B: T.Buffer((N, N), "float32"),
                      C: T.Buffer((N, N), "float32")):
         T.func_attr({"global_symbol": "main", "tir.noalias": True})
-        for i, j, k in T.grid(N // 2, N, N):  # forgets the lower half of C
-            with T.sblock("C"):
-                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-                with T.init():
-                    C[vi, vj] = T.float32(0)
-                C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+        for i, j in T.grid(N // 2, N):  # forgets the lower half of C
+            C[i, j] = T.float32(0)
+            for k in range(N):
+                C[i, j] = C[i, j] + A[i, k] * B[k, j]
 
     @T.prim_func
     def clobbers_input(A: T.Buffer((N, N), "float32"), B: T.Buffer((N, N), "float32"),
                        C: T.Buffer((N, N), "float32")):
         T.func_attr({"global_symbol": "main", "tir.noalias": True})
-        for i, j, k in T.grid(N, N, N):
-            with T.sblock("C"):
-                vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-                with T.init():
-                    C[vi, vj] = T.float32(0)
-                C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+        for i, j in T.grid(N, N):
+            C[i, j] = T.float32(0)
+            for k in range(N):
+                C[i, j] = C[i, j] + A[i, k] * B[k, j]
         for i in range(N):
             B[i, i] = T.float32(7)  # scratch space in an input: wrong in real use
 
