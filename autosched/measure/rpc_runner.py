@@ -16,8 +16,11 @@ Faults:
   let go (TVM's tracker drops a dead server by itself, and never hands out a hung one
   again, since it cannot re-register) and its candidate goes back to the queue for
   another server, at most `retries` times, then it is `run_error` with every reason;
-  one whose kernel was running both times it lost its server is not tried a third time
-  (a crashing kernel takes TVM's server down with it);
+- a kernel that crashes takes TVM's server down with it: the session process dies and
+  the server, though its process lives on, stops serving and leaves the tracker. When a
+  session is lost while the kernel ran and the server then shows exactly that (gone
+  from the tracker, its port still open), the candidate is `run_error` and is not sent
+  to another server to crash that one too;
 - when the key has no server left, or the tracker is gone, `run` raises `NoServersLeft`
   and the tuning loop stops; a bad tracker address or a key without servers is a
   `UserError` when the runner is made, before any tuning.
@@ -36,12 +39,14 @@ from .local_runner import DEVICES
 from .reference import Reference, ensure_reference
 from .result import MeasureResult
 from .rpc_session import KERNEL_PHASES
-from .rpc_tracker import RPCAddress, ServerRequest, TrackerError, servers_by_key, summary
+from .rpc_tracker import (RPCAddress, ServerRequest, TrackerError, port_open, servers_by_key,
+                          summary)
 from .settings import MeasureInput, MeasureSettings
 from .worker import WorkerDied, WorkerProcess
 
-GRACE = 5.0  # seconds past the session timeout before a silent server counts as hung
-POLL = 1.0   # how often a request waiting for a free server checks that servers remain
+GRACE = 5.0   # seconds past the session timeout before a silent server counts as hung
+POLL = 1.0    # how often a request waiting for a free server checks that servers remain
+SETTLE = 3.0  # how long a server that lost a session may take to leave the tracker
 
 
 @dataclass
@@ -49,7 +54,6 @@ class _Job:
     index: int
     request: dict
     losses: list[str] = field(default_factory=list)
-    kernel_losses: int = 0
 
 
 class _Batch:
@@ -257,9 +261,16 @@ class RPCRunner:
         with self._lock:
             self.stats["lost"] += 1
             self.lost_servers.add(where)
-        job.losses.append(f"{where} lost during {reply.get('phase')}: {reply.get('error')}")
-        job.kernel_losses += reply.get("phase") in KERNEL_PHASES
-        if len(job.losses) > self.address.retries or job.kernel_losses >= 2:
+        phase, error = reply.get("phase"), reply.get("error")
+        job.losses.append(f"{where} lost during {phase}: {error}")
+        if phase in KERNEL_PHASES and self._crashed(where):
+            with self._lock:
+                self.stats["crashed"] += 1
+            batch.done(job, MeasureResult.failure(
+                "run_error", f"the kernel took RPC server {where} down ({error}): its session "
+                "died while the kernel ran and the server stopped serving, as TVM's server "
+                "does after a crash; restart it", run_seconds=seconds))
+        elif len(job.losses) > self.address.retries:
             batch.done(job, MeasureResult.failure(
                 "run_error", f"lost {len(job.losses)} RPC servers while measuring this "
                 "candidate: " + "; ".join(job.losses), run_seconds=seconds))
@@ -268,6 +279,21 @@ class RPCRunner:
                 self.stats["retried"] += 1
             batch.retry(job)
         self._count_or_stop()
+
+    def _crashed(self, where: str) -> bool:
+        """Whether a server that lost a session stopped serving while its process lives
+        on (what a crash in the session does to TVM's server), rather than died (its
+        port closed with it) or carried on (it stays registered)."""
+        deadline = time.monotonic() + SETTLE
+        try:
+            while where in self._servers():
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.1)
+        except TrackerError:
+            return False
+        host, port = where.rsplit(":", 1)
+        return port_open(host, int(port))
 
     # ------------------------------------------------------------------ workers
 

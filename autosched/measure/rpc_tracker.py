@@ -150,6 +150,17 @@ def servers_by_key(info: dict) -> dict[str, list[str]]:
     return out
 
 
+def port_open(host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether something accepts TCP connections at host:port (closed again at once).
+    Only for servers that left the tracker: a live TVM server would take the empty
+    connection for a broken client and re-register."""
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
 class ServerRequest:
     """One request for a free server of `key`, pending at the tracker until `poll`
     returns the server (host, port, match key) or the request is closed. Closing an
