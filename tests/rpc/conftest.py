@@ -33,6 +33,12 @@ def farm(tmp_path_factory):
         f.stop()
 
 
+@pytest.fixture(scope="session")
+def pool(farm):
+    """(key, servers): two servers shared by the tests that leave servers healthy."""
+    return "pool", farm.add_servers("pool", 2)
+
+
 @pytest.fixture
 def key():
     """A server key of its own for each test."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from autosched.measure import MeasureInput
 from autosched.measure.factory import make_measurer
 from autosched.measure.rpc_runner import GRACE
@@ -119,12 +117,15 @@ def test_hung_server_is_let_go_and_its_candidate_measured_elsewhere(farm, key, s
     assert seconds >= settings.run_timeout + GRACE  # it waited out the hung server once
 
 
-@pytest.mark.parametrize("sessions", [1])
-def test_sessions_option_caps_concurrency(farm, key, settings, target, matmul_task, tmp_path,
-                                          sessions):
-    servers = farm.add_servers(key, 2)
+def test_sessions_option_caps_concurrency(farm, pool, settings, target, matmul_task,
+                                          tmp_path):
+    key, servers = pool
+    before = sum(s.sessions_started() for s in servers)
     inputs = [MeasureInput(matmul_task, target, None, matmul_task.mod) for _ in range(3)]
-    with make_measurer(settings, farm.url(key, sessions=sessions), str(tmp_path / "w")) as m:
+    with make_measurer(settings, farm.url(key, sessions=1), str(tmp_path / "w")) as m:
+        assert m.runner.concurrency == 1
         assert all(r.ok for r in m.measure(inputs))
-        assert len([w for w in m.runner._workers if w is not None]) == sessions
-    assert sum(s.sessions_started() for s in servers) == 3
+        assert len([w for w in m.runner._workers if w is not None]) == 1
+    with make_measurer(settings, farm.url(key), str(tmp_path / "w")) as m:
+        assert m.runner.concurrency == 2
+    assert sum(s.sessions_started() for s in servers) == before + 3
