@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from autosched.measure import MeasureInput
 from autosched.measure.factory import make_measurer
 from autosched.measure.rpc_runner import GRACE
@@ -129,3 +131,23 @@ def test_sessions_option_caps_concurrency(farm, pool, settings, target, matmul_t
     with make_measurer(settings, farm.url(key), str(tmp_path / "w")) as m:
         assert m.runner.concurrency == 2
     assert sum(s.sessions_started() for s in servers) == before + 3
+
+
+def test_a_key_without_the_targets_device_is_a_user_error(farm, pool, settings, matmul_task,
+                                                          tmp_path):
+    """CUDA candidates sent to CPU-only servers: one clear line, not a failure per kernel."""
+    from tvm import s_tir
+
+    from autosched.errors import UserError
+    from autosched.target import resolve_target
+
+    cuda = resolve_target('{"kind": "cuda", "arch": "sm_90"}')
+    sch = s_tir.Schedule(matmul_task.mod)
+    i, j, _ = sch.get_loops(sch.get_sblock("C"))
+    sch.bind(i, "blockIdx.x")
+    sch.bind(j, "threadIdx.x")
+    key, servers = pool
+    with make_measurer(settings, farm.url(key), str(tmp_path / "w")) as m:
+        with pytest.raises(UserError, match=r"RPC server 127\.0\.0\.1:\d+ has no cuda device"):
+            m.measure([MeasureInput(matmul_task, cuda, None, sch.mod)])
+    assert farm.registered(key) == sorted(s.address for s in servers)  # both still serve
