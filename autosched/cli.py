@@ -136,7 +136,7 @@ def _dry_run(tasks, config) -> int:
 
 
 def _run_export(args) -> int:
-    from .export import export
+    from .exporting import export
 
     path = export(args.op_file, args.target, args.output, args.db, args.workload, args.arg)
     print(f"wrote {path}")

@@ -50,7 +50,7 @@ def summarize(db) -> list[TaskSummary]:
             groups[gkey] = TaskSummary(f"{rec.workload}({args})", rec.task_key,
                                        _target_label(rec.target_key),
                                        str(rec.hardware.get("model") or rec.hardware.get("name")),
-                                       float(info.get("flops", 0.0)))
+                                       float(info.get("flops") or 0.0))
         s = groups[gkey]
         s.latencies.append(rec.latency)
         if not rec.ok:

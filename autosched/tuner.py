@@ -87,6 +87,7 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = ()) -> Tun
     db = open_database(config.database_url)
     try:
         versions = current_versions(SPACE_VERSION)
+        known_tasks = db.tasks()
         states = []
         for task in tasks:
             db.register_task(task.to_json())
@@ -96,7 +97,7 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = ()) -> Tun
             st.best_record = db.best(task.key, target.key, target.hardware_key, versions)
             if st.best_record is not None:
                 st.best_latency = st.best_record.latency
-            _seed_strategy(st, db, target, versions)
+            _seed_strategy(st, db, target, versions, known_tasks)
             states.append(st)
         result = TuneResult(states, getattr(db, "url", config.database_url), target)
         for cb in callbacks:
@@ -118,20 +119,31 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = ()) -> Tun
 
 
 def _strategy_options(config: TuneConfig) -> dict:
-    if config.strategy == "random":
+    """Options for every task's strategy. Learned strategies share one cost model, so
+    what one task teaches it (the ranker groups by task) helps the others."""
+    if config.strategy != "evolutionary":
         return {}
-    options = {"seed": config.seed}
-    if config.model_path:
-        options["model_path"] = config.model_path
-    return options
+    from cost_model import make_cost_model
+
+    return {"seed": config.seed,
+            "cost_model": make_cost_model("xgb", config.model_path, seed=config.seed)}
 
 
-def _seed_strategy(state: TaskState, db, target, versions) -> None:
-    """Warm-start a strategy that can use the best records of this task."""
+_SIMILAR_PER_TASK = 4
+
+
+def _seed_strategy(state: TaskState, db, target, versions, known_tasks: list[dict]) -> None:
+    """Warm-start a strategy with the best records of this task and of other shapes of
+    the same workload on this target and machine (adapted to this task's space)."""
     seed = getattr(state.strategy, "seed_candidates", None)
     if seed is None:
         return
-    best = db.top_k(state.task.key, target.key, target.hardware_key, versions, 16)
+    task = state.task
+    best = db.top_k(task.key, target.key, target.hardware_key, versions, 16)
+    for other in known_tasks:
+        if other.get("workload") == task.workload and other.get("key") != task.key:
+            best += db.top_k(other["key"], target.key, target.hardware_key, versions,
+                             _SIMILAR_PER_TASK)
     seed([Candidate.from_json(r.candidate) for r in best])
 
 

@@ -62,6 +62,8 @@ class Program:
 
 
 def _dtype_bytes(dtype: str) -> int:
+    if dtype.startswith("bool"):
+        return 1
     digits = "".join(ch for ch in dtype.split("x")[0] if ch.isdigit())
     bits = int(digits) if digits else 32
     lanes = int(dtype.split("x")[1]) if "x" in dtype else 1
@@ -173,6 +175,14 @@ class _Walker:
     def loop(self, s, loops, env, unroll) -> None:
         extent = int(s.extent) if type(s.extent).__name__ == "IntImm" else 1
         tag = str(s.thread_binding.thread_tag) if s.thread_binding is not None else ""
+        outer = next((lp for lp in loops if tag and lp.tag == tag), None)
+        if outer is not None:
+            # a cooperative fetch binds threadIdx.x again inside a threadIdx.x loop: it
+            # is the same hardware thread index, not a new loop over threads
+            inner = dict(env)
+            inner[s.loop_var] = ("v", outer.id)
+            self.stmt(s.body, loops, inner, unroll)
+            return
         loop = Loop(self.next_loop, extent, _KINDS.get(int(s.kind), "serial"), tag,
                     _unroll_value(s.annotations))
         self.next_loop += 1

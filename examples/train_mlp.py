@@ -6,20 +6,27 @@ initial weights and batches: once with `torch.ops.autosched.linear` / `gelu` (th
 gradients run the library's backward kernels), once with eager torch. The script prints both
 loss curves, their final relative difference and the step time of each.
 
-Make the kernel library first (tuned kernels for a meaningful speed comparison):
+Without --library the script tunes the MLP's ten kernels itself (`--trials`, shared by
+all of them; the default only measures each kernel's default schedule, enough for the loss
+comparison, not for speed) into WORK_DIR/autosched.db and exports them to WORK_DIR/kernels:
 
-    autosched tune examples/nn_ops.py --target llvm --trials 320 \\
+    python examples/train_mlp.py --trials 640 --work-dir mlp_work
+
+or tune and export with the CLI and pass the library:
+
+    autosched tune examples/nn_ops.py --target llvm --trials 640 \\
         --workload linear --workload linear_grad_x --workload linear_grad_w \\
         --workload linear_grad_b --workload gelu --workload gelu_grad
     autosched export examples/nn_ops.py --target llvm -o mlp_kernels  (same --workload list)
     python examples/train_mlp.py --library mlp_kernels
 
-The shapes (--batch, --d-in, --hidden, --d-out) must be the ones the library was exported
-for; nn_ops.py's default variants are this script's defaults.
+A library must hold the shapes of --batch, --d-in, --hidden, --d-out; nn_ops.py's default
+variants are this script's defaults.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -61,6 +68,39 @@ def make_batches(shapes: Shapes, n_batches: int, seed: int) -> list[tuple]:
     return batches
 
 
+MLP_WORKLOADS = ("linear", "linear_grad_x", "linear_grad_w", "linear_grad_b", "gelu",
+                 "gelu_grad")
+
+
+def kernel_args(shapes: Shapes) -> list[tuple[str, dict]]:
+    """(workload, arguments) of every kernel that training the MLP runs."""
+    layers = [{"M": shapes.batch, "N": shapes.hidden, "K": shapes.d_in},
+              {"M": shapes.batch, "N": shapes.d_out, "K": shapes.hidden}]
+    out = [(w, dict(a)) for w in MLP_WORKLOADS[:3] for a in layers]
+    out += [("linear_grad_b", {"M": a["M"], "N": a["N"]}) for a in layers]
+    out += [(w, {"M": shapes.batch, "N": shapes.hidden}) for w in ("gelu", "gelu_grad")]
+    return out
+
+
+def build_library(shapes: Shapes, work_dir: str, trials: int) -> str:
+    """Tune the MLP's kernels (at least each one's default schedule) and export them."""
+    from autosched.config import TuneConfig
+    from autosched.exporting import export_tasks
+    from autosched.tuner import tune_tasks
+    from autosched.workload import load_op_file, make_task
+
+    defs = load_op_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), "nn_ops.py"))
+    pairs = [(defs[w], dict(defs[w].params, **a)) for w, a in kernel_args(shapes)]
+    tasks = [make_task(d, a) for d, a in pairs]
+    db = f"sqlite:///{os.path.abspath(work_dir)}/autosched.db"
+    config = TuneConfig(target="llvm", trials=max(trials, len(tasks)), db_url=db,
+                        work_dir=work_dir)
+    tune_tasks(tasks, config)
+    library = os.path.join(work_dir, "kernels")
+    export_tasks(tasks, "llvm", library, db, [d.meta for d, _ in pairs])
+    return library
+
+
 def autosched_ops():
     return torch.ops.autosched.linear, torch.ops.autosched.gelu
 
@@ -94,7 +134,10 @@ def train(ops, shapes: Shapes, steps: int, lr: float = 0.05, seed: int = 0):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--library", required=True, help="kernel library directory (autosched export)")
+    p.add_argument("--library", help="kernel library directory (autosched export); "
+                   "without it the kernels are tuned and exported into --work-dir")
+    p.add_argument("--trials", type=int, default=0, help="tuning trials without --library")
+    p.add_argument("--work-dir", default="mlp_work")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--batch", type=int, default=Shapes.batch)
@@ -104,12 +147,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import autosched.torch
 
-    lib = autosched.torch.load_library(args.library)
+    shapes = Shapes(args.batch, args.d_in, args.hidden, args.d_out)
+    library = args.library or build_library(shapes, args.work_dir, args.trials)
+    lib = autosched.torch.load_library(library)
     missing = {"linear", "gelu"} - set(lib.ops)
     if missing:
-        print(f"error: {args.library} lacks workloads {sorted(missing)}", file=sys.stderr)
+        print(f"error: {library} lacks workloads {sorted(missing)}", file=sys.stderr)
         return 2
-    shapes = Shapes(args.batch, args.d_in, args.hidden, args.d_out)
     ours, t_ours = train(autosched_ops(), shapes, args.steps, args.lr)
     eager, t_eager = train(eager_ops(), shapes, args.steps, args.lr)
     print(f"{'step':>6} {'autosched':>12} {'eager torch':>12}")

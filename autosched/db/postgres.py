@@ -103,7 +103,7 @@ class PostgresDatabase(SqlDatabase):
 
     # -- transactions --------------------------------------------------------------
     def _transaction(self, fn: Callable[..., T], *, write: bool,
-                     session_lock: bool = False) -> T:
+                     session_lock: bool = False, block: bool = True) -> T:
         import psycopg
         from psycopg import errors
         from psycopg_pool import PoolTimeout
@@ -112,6 +112,9 @@ class PostgresDatabase(SqlDatabase):
         while True:
             try:
                 with self._pool.connection() as conn:
+                    if not block:  # one statement in autocommit: atomic by itself
+                        with conn.cursor() as cur:
+                            return fn(_Cursor(cur))
                     return self._once(conn, fn, write, session_lock)
             except (errors.SerializationFailure, errors.DeadlockDetected) as e:
                 conflicts += 1
@@ -152,6 +155,11 @@ class PostgresDatabase(SqlDatabase):
         finally:
             if session_lock and not conn.closed:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK_ID,))
+
+    def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        # best/top_k/measured_keys are single SELECTs: no BEGIN/COMMIT round trips.
+        return self._transaction(lambda cur: cur.execute(sql, params).fetchall(),
+                                 write=False, block=False)
 
     def _schema_transaction(self, fn: Callable[..., T]) -> T:
         # The lock is taken before BEGIN: a transaction that began before another

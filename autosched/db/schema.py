@@ -77,10 +77,11 @@ def _v2(cur, d: Dialect) -> None:
                          ("tvm_version", "TEXT"), ("space_version", "TEXT")):
         cur.execute(f"ALTER TABLE autosched_records ADD COLUMN {column} {kind}")
     _backfill_v2(cur)
-    # best/top_k: equality on the scope, then latency order, correct records only.
+    # best/top_k: equality on the scope, then (latency, id) order — the exact ORDER BY,
+    # so LIMIT k reads k index entries instead of sorting the scope — correct only.
     cur.execute("CREATE INDEX autosched_records_rank ON autosched_records "
-                "(task_key, target_key, hardware_key, tvm_version, space_version, latency) "
-                "WHERE error_kind IS NULL")
+                "(task_key, target_key, hardware_key, tvm_version, space_version, latency, "
+                "id) WHERE error_kind IS NULL")
     # measured_keys: the same scope, covering the candidate key.
     cur.execute("CREATE INDEX autosched_records_measured ON autosched_records "
                 "(task_key, target_key, hardware_key, tvm_version, space_version, "

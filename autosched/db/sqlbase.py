@@ -39,6 +39,10 @@ class SqlDatabase:
     def _stream(self, sql: str, params: tuple, batch: int) -> Iterator[tuple]:
         raise NotImplementedError
 
+    def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """The rows of one SELECT (atomic by itself; a backend may skip BEGIN/COMMIT)."""
+        return self._transaction(lambda cur: _fetchall(cur, sql, params), write=False)
+
     def _schema_transaction(self, fn: Callable[..., T]) -> T:
         """A write transaction that no other process's schema change runs beside, and
         that starts only after the previous one committed (so it sees its tables)."""
@@ -127,7 +131,7 @@ class SqlDatabase:
             return set()
         sql = f"SELECT r.candidate_key FROM autosched_records r WHERE {_SCOPE}"
         params = (task_key, target_key, hardware_key, *pair)
-        found = self._transaction(lambda cur: _fetchall(cur, sql, params), write=False)
+        found = self._query(sql, params)
         return {key for (key,) in found}
 
     def top_k(self, task_key: str, target_key: str, hardware_key: str, versions: dict,
@@ -140,7 +144,7 @@ class SqlDatabase:
         sql = (f"SELECT {rows.RECORD_COLUMNS} FROM {rows.RECORD_FROM} WHERE {_SCOPE} "
                "AND r.error_kind IS NULL ORDER BY r.latency, r.id LIMIT ?")
         params = (task_key, target_key, hardware_key, *pair, int(k))
-        found = self._transaction(lambda cur: _fetchall(cur, sql, params), write=False)
+        found = self._query(sql, params)
         out = [rows.row_record(row) for row in found]
         # Belt and braces: nothing unusable leaves this method even if SQL were wrong.
         return [r for r in out if r.ok and r.task_key == task_key and r.target_key ==
@@ -180,7 +184,7 @@ class SqlDatabase:
                 limit: int | None = None) -> list[Record]:
         """Records matching the filters, in insertion order (any target or version)."""
         sql, params = self._record_query(task_key, target_key, hardware_key, ok_only, limit)
-        found = self._transaction(lambda cur: _fetchall(cur, sql, params), write=False)
+        found = self._query(sql, params)
         return [rows.row_record(row) for row in found]
 
     def iter_records(self, *, task_key: str | None = None, target_key: str | None = None,
@@ -193,17 +197,14 @@ class SqlDatabase:
 
     def count(self) -> int:
         """Number of records stored."""
-        found = self._transaction(
-            lambda cur: _fetchall(cur, "SELECT COUNT(*) FROM autosched_records", ()),
-            write=False)
+        found = self._query("SELECT COUNT(*) FROM autosched_records")
         return int(found[0][0])
 
     def tasks(self) -> list[dict]:
         """Every registered workload instance, in Task.to_json() shape."""
         sql = ("SELECT task_key, workload, args, flops, arg_specs FROM autosched_workloads "
                "ORDER BY workload, task_key")
-        return [rows.task_json(r) for r in
-                self._transaction(lambda cur: _fetchall(cur, sql, ()), write=False)]
+        return [rows.task_json(r) for r in self._query(sql)]
 
     def stats(self) -> dict:
         """Totals, and per (task, target, hardware, TVM version, space version) group:
@@ -211,9 +212,6 @@ class SqlDatabase:
         from .stats import collect
 
         return collect(self)
-
-    def _read(self, sql: str, params: tuple = ()) -> list[tuple]:
-        return self._transaction(lambda cur: _fetchall(cur, sql, params), write=False)
 
     # -- maintenance ---------------------------------------------------------------
     def prune(self, keep: int, *, drop_failures: bool = False, task_key: str | None = None,

@@ -71,7 +71,6 @@ class WorkerProcess:
         fd, self.log_path = tempfile.mkstemp(prefix=f"{role}-", suffix=".log", dir=log_dir)
         self._buf = b""
         self.ready = False
-        self.started_at = time.monotonic()
         with os.fdopen(fd, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "autosched.measure.worker", role],

@@ -26,7 +26,7 @@ def _config(tmp_path, trials, **kw):
 
 
 def test_tune_records_every_trial_and_exports_a_correct_kernel(tmp_path, examples_dir):
-    import tvm_ffi
+    import tvm
 
     from autosched import export, tune
 
@@ -49,13 +49,14 @@ def test_tune_records_every_trial_and_exports_a_correct_kernel(tmp_path, example
     (kernel,) = manifest["kernels"]
     assert kernel["symbol"] == "matmul" and kernel["latency_s"] == state.best_latency
     assert kernel["inputs"][0]["shape"] == [64, 64] and manifest["versions"]["tvm"]
-    lib = tvm_ffi.load_module(str(out / "kernels.so"))
+    lib = tvm.runtime.load_module(str(out / "kernels.so"))
     rng = np.random.default_rng(0)
     a = rng.standard_normal((64, 64), dtype=np.float32)
     b = rng.standard_normal((64, 64), dtype=np.float32)
-    c = np.zeros((64, 64), np.float32)
-    lib["matmul"](*(tvm_ffi.from_dlpack(x) for x in (a, b, c)))
-    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+    # TVM's own tensors: kernels assume 64-byte aligned buffers, which numpy does not promise
+    args = [tvm.runtime.tensor(x, tvm.cpu()) for x in (a, b, np.zeros((64, 64), np.float32))]
+    lib["matmul"](*args)
+    np.testing.assert_allclose(args[2].numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_rerun_resumes_and_measures_nothing_twice(tmp_path, examples_dir):
@@ -82,7 +83,7 @@ def test_export_without_records_is_a_clear_error(tmp_path, examples_dir, cli):
 def _count(db_path) -> int:
     try:
         with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5) as con:
-            return con.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+            return con.execute("SELECT COUNT(*) FROM autosched_records").fetchone()[0]
     except sqlite3.Error:
         return 0
 
@@ -93,12 +94,14 @@ def test_kill_9_keeps_completed_records_and_a_rerun_resumes(tmp_path, examples_d
     argv = [sys.executable, "-m", "autosched.cli", "tune", str(examples_dir / "matmul.py"),
             *sum((["--arg", a] for a in SMALL), []), "--trials", "200", "--batch-size", "4",
             "--db", f"sqlite:///{db_path}", "--work-dir", str(tmp_path / "logs")]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    log = open(tmp_path / "tune.err", "w")
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log,
                             start_new_session=True)
     deadline = time.time() + 300
     while _count(db_path) < 6 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.poll() is None, (tmp_path / "tune.err").read_text()
+    os.killpg(proc.pid, signal.SIGKILL)  # the tuner and its build/run workers
     proc.wait()
     with sqlite3.connect(db_path) as con:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -124,3 +127,74 @@ def test_cli_prints_the_per_task_table(tmp_path, examples_dir, cli, trials):
     assert row.startswith("matmul(M=64,N=64,K=64,dtype=float32)") and f"  {trials}  " in row
     assert (tmp_path / "logs" / "autosched.db").exists()
     assert list((tmp_path / "logs").glob("tune-*.log"))
+
+
+class _ZerosSketch:
+    """Test device: a 'schedule' whose kernel writes zeros (fast and wrong)."""
+
+    name = "zeros"
+
+    def apply(self, sch, decide):
+        decide.choice("variant", [0, 1, 2])
+
+
+def _space_with_a_wrong_sketch(task, target):
+    from search_space import SearchSpace
+    from search_space.cpu import RULES
+    from tvm import te
+
+    class WrongSpace(SearchSpace):
+        def _schedule(self, sketch, decide):
+            mod = super()._schedule(sketch, decide)
+            if sketch.name != "zeros":
+                return mod
+            a, b = (te.placeholder(s.shape, s.dtype, s.name) for s in task.inputs)
+            out = task.outputs[0]
+            c = te.compute(out.shape, lambda i, j: te.const(0.0, out.dtype), name="C")
+            import tvm
+
+            func = te.create_prim_func([a, b, c]).with_attr("global_symbol", "main")
+            return tvm.IRModule({"main": func})
+
+    class Rules:
+        def sketches(self, task, target):
+            return RULES.sketches(task, target) + [_ZerosSketch()]
+
+        def check(self, mod, target):
+            return RULES.check(mod, target)
+
+    return WrongSpace(task, target, Rules())
+
+
+def test_wrong_answers_are_recorded_and_never_best(tmp_path, examples_dir, monkeypatch):
+    from autosched.tuner import tune_tasks
+    from autosched.workload import load_tasks
+
+    monkeypatch.setattr("autosched.tuner.generate_space", _space_with_a_wrong_sketch)
+    task = load_tasks(str(examples_dir / "matmul.py"), None, SMALL)[0]
+    config = _config(tmp_path, 12)
+
+    from autosched.search import RandomSearch
+    from search_space import Candidate
+
+    class WrongFirst(RandomSearch):
+        """Proposes every 'zeros' variant first, then random candidates."""
+
+        def propose(self, space, n, exclude, rng):
+            picks = [Candidate.make("zeros", {"variant": v}) for v in (0, 1, 2)]
+            picks = [(c, space.apply(c)) for c in picks if c.key not in exclude][:n]
+            taken = exclude | {c.key for c, _ in picks}
+            return picks + super().propose(space, n - len(picks), taken, rng)
+
+    monkeypatch.setitem(__import__("autosched.search").search.STRATEGIES, "random", WrongFirst)
+    state = tune_tasks([task], config).tasks[0]
+    db = open_database(config.database_url)
+    records = db.records(task_key=task.key)
+    best = db.best(task.key, records[0].target_key, records[0].hardware_key,
+                   records[0].versions)
+    db.close()
+    zeros = [r for r in records if r.candidate["sketch"] == "zeros"]
+    assert len(zeros) == 3 and all(r.result.error_kind == "wrong_answer" for r in zeros)
+    assert state.failures["wrong_answer"] == 3
+    assert best.candidate["sketch"] != "zeros" and best.ok
+    assert state.best_record.candidate["sketch"] != "zeros"

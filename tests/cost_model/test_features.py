@@ -8,6 +8,7 @@ import pytest
 
 from cost_model.features import FeatureConfig, decision_vector, extract, feature_names
 from cost_model.footprint import interval
+from cost_model.ir_walk import walk
 from search_space import Candidate
 
 
@@ -89,9 +90,20 @@ def test_gpu_thread_and_compacted_memory_features(synthetic):
     for loop, tag in ((i0, "blockIdx.x"), (j0, "blockIdx.y"), (i1, "threadIdx.y"),
                       (j1, "threadIdx.x")):
         sch.bind(loop, tag)
-    sch.compute_at(sch.cache_read(block, 0, "shared"), k0)
+    fetch = sch.cache_read(block, 0, "shared")
+    sch.compute_at(fetch, k0)
+    # cooperative fetch: the 16x8 tile of A is loaded by the block's 4x4 threads
+    _, ty, tx = sch.split(sch.fuse(*sch.get_loops(fetch)[-2:]), [8, 4, 4])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
     sch.reverse_compute_at(sch.cache_write(block, 0, "local"), j1)
     f = named(task, None, sch.mod)
+    stores = {st.block: st for st in walk(sch.mod["main"]).stores}
+    loops = stores["A_shared"].loops
+    # the fetch's threadIdx loops are the enclosing ones, not new loops over threads
+    assert [lp.tag for lp in loops if lp.tag] == ["blockIdx.x", "blockIdx.y", "threadIdx.y",
+                                                  "threadIdx.x"]
+    assert math.prod(lp.extent for lp in loops) == 64 * 16 * 16 * 8
     assert (f["s0.blocks"], f["s0.threads"], f["s0.vthreads"]) == (6.0, 4.0, 0.0)
     assert f["s0.scope_local"] == 1.0
     assert f["prog.alloc_shared"] == pytest.approx(lg(16 * 8 * 4))  # A tile per k0 step

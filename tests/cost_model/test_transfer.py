@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import random
 
-import numpy as np
 import pytest
 
 from autosched import cli
@@ -90,8 +89,6 @@ def test_cli_trains_from_a_database(tmp_path, tuning_db, synthetic, monkeypatch,
     url, failures = tuning_db
     # the tiling sketch stands in for the CPU rules the records were measured with
     monkeypatch.setattr("search_space.cpu.RULES", synthetic.TilingRules())
-    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", cli.SUBCOMMAND_MODULES +
-                        ("autosched.cli_model",))
     out = str(tmp_path / "model.json")
     code = cli.main(["model", "train", "--db", url, "--op-file", EXAMPLE_MATMUL,
                      "-o", out, "--rounds", "30"])
@@ -107,8 +104,6 @@ def test_cli_trains_from_a_database(tmp_path, tuning_db, synthetic, monkeypatch,
 
 def test_cli_reports_unusable_input_with_one_line(tmp_path, tuning_db, monkeypatch, capsys):
     url, _ = tuning_db
-    monkeypatch.setattr(cli, "SUBCOMMAND_MODULES", cli.SUBCOMMAND_MODULES +
-                        ("autosched.cli_model",))
     other_ops = tmp_path / "ops.py"
     other_ops.write_text("import autosched\nfrom tvm import te\n\n@autosched.workload\n"
                          "def relu(N=8):\n    A = te.placeholder((N,), name='A')\n"

@@ -1,12 +1,14 @@
 """Fixtures: one small kernel library of the nn ops, compiled once per session."""
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
+EXAMPLE = HERE.parents[1] / "examples" / "train_mlp.py"
 sys.path.insert(0, str(HERE))  # torch_libbuild
 
 @pytest.fixture(scope="session")
@@ -36,3 +38,14 @@ def nn_ops_fallback(nn_library, references_on_path):
     import autosched.torch
 
     return autosched.torch.load_library(nn_library, fallback=True)
+
+
+@pytest.fixture(scope="session")
+def train_mlp():
+    """examples/train_mlp.py as a module."""
+    spec = importlib.util.spec_from_file_location("train_mlp_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]

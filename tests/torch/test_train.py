@@ -2,25 +2,7 @@
 torch's loss curve."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-import pytest
-
 from torch_libbuild import MLP_SHAPES as MLP
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_mlp.py"
-
-
-@pytest.fixture(scope="module")
-def train_mlp():
-    spec = importlib.util.spec_from_file_location("train_mlp_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
 
 
 def test_loss_curve_matches_eager_torch(nn_ops, train_mlp):

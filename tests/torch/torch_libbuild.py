@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from autosched.export import kernel_symbols
+from autosched.exporting import kernel_symbols
 from autosched.target import resolve_target
 from autosched.versions import current_versions
 from autosched.workload import load_op_file, make_task

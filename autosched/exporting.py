@@ -14,7 +14,7 @@ import tempfile
 from search_space import SPACE_VERSION, Candidate, InvalidCandidate, generate_space
 
 from .errors import UserError
-from .versions import current_versions
+from .versions import current_versions, library_versions
 
 MANIFEST_FORMAT = 1
 LIBRARY_NAME = "kernels.so"
@@ -81,7 +81,8 @@ def export_tasks(tasks, target_text: str, out_dir: str, db_url: str | None = Non
         db.close()
     symbols = kernel_symbols(tasks)
     funcs = {sym: _scheduled_func(t, target, r, sym) for t, r, sym in zip(tasks, records, symbols)}
-    manifest = _manifest(tasks, records, symbols, target, versions, metas or [{}] * len(tasks))
+    manifest = _manifest(tasks, records, symbols, target, library_versions(SPACE_VERSION),
+                         metas or [{}] * len(tasks))
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".export-", dir=parent)

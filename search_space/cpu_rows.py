@@ -1,0 +1,99 @@
+"""Row-wise schedules for reductions without reuse (softmax, layer norm, row sums).
+
+The output's leading spatial loops become one parallel "row" loop; every other stage
+is computed inside it, so a row's intermediates (its max, its sum, its exp values)
+live in a small buffer that stays in cache. Row reductions are vectorised by
+splitting off a vector of partial results (rfactor); elementwise stages are
+vectorised along their inner loop.
+"""
+from __future__ import annotations
+
+from .analysis import BlockAnalysis, analyse, blocks, loop_kinds
+from .cpu_common import CpuParams, annotate_unroll, inline_producers, vectorize_inner
+from .decisions import Decider
+
+
+def vector_widths(extent: int, params: CpuParams) -> tuple[int, ...]:
+    """Vector widths (multiples of the lanes) that divide `extent`."""
+    widths = tuple(params.lanes * m for m in (1, 2, 4) if extent % (params.lanes * m) == 0)
+    if widths:
+        return widths
+    return (max(d for d in range(1, min(extent, params.lanes) + 1) if extent % d == 0),)
+
+
+def row_depth(infos: list[BlockAnalysis], out: BlockAnalysis) -> int:
+    """How many leading loops of the output form the row loop: the spatial loops
+    every stage shares (an elementwise output keeps its last loop to vectorise)."""
+    lead = 0
+    for v in out.iters:
+        if v.kind != "S":
+            break
+        lead += 1
+    if out.is_spatial:
+        lead = min(lead, len(out.iters) - 1)
+    return min([lead] + [len(i.spatial) for i in infos if i.name != out.name])
+
+
+class RowSketch:
+    """Parallel rows, every stage computed at the row, vectorised inner loops."""
+
+    name = "rows"
+
+    def __init__(self, params: CpuParams):
+        self.params = params
+
+    def apply(self, sch, decide: Decider) -> None:
+        inline_producers(sch, decide)
+        infos = [analyse(sch, b) for b in blocks(sch)]
+        out = next(i for i in infos if i.is_output)
+        depth = row_depth(infos, out)
+        partials = [p for info in infos if info.is_reduction
+                    for p in [self._rfactor(sch, decide, info)] if p is not None]
+        loops = sch.get_loops(sch.get_sblock(out.name))
+        if out.is_spatial:
+            width = decide.choice(f"{out.name}.vector", vector_widths(out.iters[-1].extent,
+                                                                     self.params))
+            sch.vectorize(sch.split(loops[-1], [None, width])[1])
+        row = sch.fuse(*loops[:depth]) if depth > 1 else loops[0]
+        sch.parallel(row)
+        stages = [sch.get(b).name_hint for b in blocks(sch)]
+        for name in reversed(stages):
+            if name != out.name:
+                sch.compute_at(sch.get_sblock(name), row)
+        for name in stages:
+            if name in partials:
+                self._vectorise_partial(sch, sch.get_sblock(name))
+            elif name != out.name and analyse(sch, sch.get_sblock(name)).is_spatial:
+                vectorize_inner(sch, sch.get_sblock(name), self.params, keep=1)
+        annotate_unroll(sch, row, decide, out.name)
+
+    def _rfactor(self, sch, decide: Decider, info: BlockAnalysis) -> str | None:
+        """Split a vector of partial results off the block's reduction (a decision);
+        returns the name of the partial-reduction block, or None when not split."""
+        block = sch.get_sblock(info.name)
+        kinds = loop_kinds(sch, block)
+        if kinds.count("R") != 1 or kinds[-1] != "R":
+            return None
+        loop = sch.get_loops(block)[-1]
+        extent = int(sch.get(loop).extent)
+        if extent % self.params.lanes:
+            return None
+        width = decide.choice(f"{info.name}.rfactor", (0,) + vector_widths(extent, self.params))
+        if not width:
+            return None
+        inner = sch.split(loop, [None, width])[1]
+        return sch.get(sch.rfactor(inner, len(info.writes[0].uses))).name_hint
+
+    def _vectorise_partial(self, sch, block) -> None:
+        """Inside the row: reduction loop outside, the vector of partials inside, its
+        initialisation hoisted and vectorised."""
+        loops = sch.get_loops(block)
+        kinds = loop_kinds(sch, block)
+        first = next(i for i, k in enumerate(kinds) if k in "RS" and i > 0)
+        inner = loops[first:]
+        ordered = [lp for lp, k in zip(inner, kinds[first:]) if k == "R"] + \
+                  [lp for lp, k in zip(inner, kinds[first:]) if k != "R"]
+        sch.reorder(*ordered)
+        sch.vectorize(ordered[-1])  # before decomposing: the update alone is no reduction
+        init = sch.decompose_reduction(block, ordered[0])
+        vectorize_inner(sch, init, self.params, keep=1)
