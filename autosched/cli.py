@@ -12,7 +12,8 @@ import sys
 from .errors import UserError
 
 # Subcommands implemented in their own modules: each has add_parser(subparsers) and run(args).
-SUBCOMMAND_MODULES = ("autosched.cli_db", "autosched.cli_model", "autosched.cli_plan")
+SUBCOMMAND_MODULES = ("autosched.cli_db", "autosched.cli_model", "autosched.cli_plan",
+                      "autosched.cli_workers")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -106,6 +107,11 @@ def _run_tune(args) -> int:
     from .db import mask_password
 
     print(f"records: {mask_password(result.db_url)}   log: {log.path}")
+    if result.stopped:
+        print(f"autosched: stopped after {result.trials} of {config.trials} trials: "
+              f"{result.stopped}; the records so far are saved, rerun to continue",
+              file=sys.stderr)
+        return 1
     return 0
 
 

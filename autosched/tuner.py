@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from search_space import SPACE_VERSION, Candidate, generate_space
 
 from .config import TuneConfig
-from .errors import UserError
+from .errors import BudgetExhausted, UserError
 from .measure import MeasureInput, MeasureResult
 from .versions import current_versions
 
@@ -43,6 +43,7 @@ class TuneResult:
     tasks: list[TaskState]
     db_url: str
     target: object
+    stopped: str | None = None  # why the run ended before its budget (no RPC server left)
 
     @property
     def trials(self) -> int:
@@ -105,8 +106,11 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = ()) -> Tun
         from .task_scheduler import TaskScheduler
 
         with make_measurer(config.measure, config.runner, config.work_dir) as measurer:
-            _loop(states, config, target, versions, db, measurer, TaskScheduler(len(states)),
-                  callbacks)
+            try:
+                _loop(states, config, target, versions, db, measurer,
+                      TaskScheduler(len(states)), callbacks)
+            except BudgetExhausted as e:  # committed batches stay; a rerun resumes
+                result.stopped = str(e)
         for cb in callbacks:
             cb.on_end(result)
         return result
@@ -159,8 +163,10 @@ def _loop(states, config, target, versions, db, measurer, scheduler, callbacks) 
             continue
         results = []
         # Commit as results arrive, a build-parallel chunk at a time: a kill loses at most
-        # the chunk in flight, never a completed measurement.
-        step = max(1, config.measure.build_workers)
+        # the chunk in flight, never a completed measurement. A runner that measures
+        # several candidates at once (RPC sessions) gets chunks it can fill.
+        step = max(1, config.measure.build_workers,
+                   getattr(getattr(measurer, "runner", None), "concurrency", 1))
         for start in range(0, len(proposals), step):
             chunk = proposals[start:start + step]
             chunk_results = _measure(st, chunk, target, measurer)

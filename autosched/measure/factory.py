@@ -28,10 +28,19 @@ def _local_runner(settings: MeasureSettings, work_dir: str, address: str) -> Run
     return LocalRunner(settings, work_dir)
 
 
+def _rpc_runner(settings: MeasureSettings, work_dir: str, address: str) -> Runner:
+    from .rpc_runner import RPCRunner
+    from .rpc_tracker import parse_rpc_address
+
+    # plain "rpc": the tracker and key come from TVM_TRACKER_HOST / _PORT / _KEY
+    return RPCRunner(settings, work_dir, parse_rpc_address(address, os.environ))
+
+
 # Runner scheme -> factory(settings, work_dir, address). "local" or "local://";
 # "rpc://HOST:PORT/KEY" maps to scheme "rpc" with address "HOST:PORT/KEY".
 RUNNERS: dict[str, Callable[[MeasureSettings, str, str], Runner]] = {
     "local": _local_runner,
+    "rpc": _rpc_runner,
 }
 
 
@@ -93,7 +102,7 @@ def _shutdown(builder: Builder, runner: Runner, work_dir: str, owns_work_dir: bo
 
 def make_measurer(settings: MeasureSettings, runner: str = "local",
                   work_dir: str | None = None) -> Measurer:
-    """A Measurer for `runner` ("local"; later "rpc://HOST:PORT/KEY").
+    """A Measurer for `runner` ("local", "rpc://HOST:PORT/KEY" or "rpc").
 
     `work_dir` keeps the reference data (reused by later runs on the same tasks) and,
     while measuring, the built libraries and worker logs. None: a temporary folder,

@@ -34,6 +34,7 @@ import weakref
 HANDLERS = {
     "build": "autosched.measure.builder:build_job",
     "run": "autosched.measure.local_runner:run_job",
+    "rpc": "autosched.measure.rpc_session:run_job",
 }
 PRELOAD = ("tvm",)
 STARTUP_TIMEOUT = 180.0  # importing TVM on a loaded machine can be slow

@@ -180,8 +180,8 @@ def test_a_kept_work_dir_keeps_only_the_reference(tmp_path, settings, kernels, m
 
 
 @pytest.mark.parametrize("name, message", [
-    ("remote", "unknown --runner 'remote'; use one of: local"),
-    ("rpc://host:9190/key", "unknown --runner 'rpc://host:9190/key'; use one of: local"),
+    ("remote", "unknown --runner 'remote'; use one of: local, rpc://..."),
+    ("ssh://host:22/key", "unknown --runner 'ssh://host:22/key'; use one of: local, rpc://..."),
     ("local://somewhere", "--runner local takes no address"),
 ])
 def test_unknown_runner_is_a_user_error(tmp_path, settings, name, message):
@@ -190,7 +190,7 @@ def test_unknown_runner_is_a_user_error(tmp_path, settings, name, message):
 
 
 def test_runner_names_resolve_through_one_table():
-    assert set(RUNNERS) == {"local"}
+    assert set(RUNNERS) == {"local", "rpc"}
     assert parse_runner("local") == ("local", "")
     assert parse_runner(" rpc://10.0.0.1:9190/h100 ") == ("rpc", "10.0.0.1:9190/h100")
 
