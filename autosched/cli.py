@@ -39,7 +39,8 @@ def _add_tune(sub) -> None:
     p.add_argument("--db", metavar="URL", help="sqlite:///PATH (default logs/autosched.db) "
                    "or postgresql://USER@HOST:PORT/DB")
     p.add_argument("--runner", default="local", help="local | rpc://HOST:PORT/KEY")
-    p.add_argument("--strategy", default="random", help="search strategy")
+    p.add_argument("--strategy", default="evolutionary",
+                   help="evolutionary (guided by the learned cost model) or random")
     p.add_argument("--model", metavar="PATH", help="cost model to warm-start from")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=16)

@@ -12,7 +12,7 @@ class TuneConfig:
     trials: int = 64            # new measurements for the whole run, shared by all tasks
     db_url: str | None = None   # None: sqlite:///<work_dir>/autosched.db
     runner: str = "local"       # "local" or "rpc://HOST:PORT/KEY"
-    strategy: str = "random"
+    strategy: str = "evolutionary"
     seed: int = 0
     batch_size: int = 16
     dry_run: bool = False
