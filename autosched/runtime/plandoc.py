@@ -92,4 +92,9 @@ class Plan:
             f"solver            {self.solver['name']}: {self.solver['status']} in "
             f"{self.solver['solve_time_s']:.2f} s",
         ]
+        if g["host_bytes"] and not self.bandwidth.get("overlap", False) and \
+                self.device.startswith("cpu"):
+            lines.append("note              on the CPU host and device memory are the same RAM: "
+                         "offload lowers the activations autograd holds, not the process's "
+                         "memory")
         return "\n".join(lines)
