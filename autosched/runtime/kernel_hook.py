@@ -2,7 +2,8 @@
 
 `swap_modules_for_library(model, dir)` loads the library with
 `autosched.torch.load_library(dir)` (which registers each kernel as
-`torch.ops.autosched.<symbol>`), reads `dir/manifest.json`, and replaces
+`torch.ops.autosched.<workload>`, dispatching over shape variants; `library[workload]`
+is that op), reads `dir/manifest.json`, and replaces
 
 * nn.Linear(K -> N) by a module calling a `matmul` kernel with N, K matching
   (x @ W^T, the bias added in torch), and
@@ -24,16 +25,17 @@ from torch import nn
 from ..errors import UserError
 
 
-def _load(library_dir) -> list[dict]:
+def _load(library_dir):
+    """(the loaded library, its manifest's kernels); `library[workload]` is the op."""
     try:
         from autosched.torch import load_library
     except ImportError:
         raise UserError("kernel_library needs autosched.torch.load_library, which this "
                         "installation does not have") from None
-    load_library(str(library_dir))
+    library = load_library(str(library_dir))
     try:
         manifest = json.loads((Path(library_dir) / "manifest.json").read_text())
-        return list(manifest["kernels"])
+        return library, list(manifest["kernels"])
     except (OSError, ValueError, KeyError) as e:
         raise UserError(f"{library_dir}: unreadable manifest.json ({e})") from None
 
@@ -53,8 +55,9 @@ class _LinearFn(torch.autograd.Function):
 class AutoschedLinear(nn.Module):
     """nn.Linear whose matmul runs an autosched kernel when the row count matches."""
 
-    def __init__(self, linear: nn.Linear, kernel: dict):
+    def __init__(self, linear: nn.Linear, kernel: dict, op):
         super().__init__()
+        self.op = op
         self.weight, self.bias = linear.weight, linear.bias
         self.kernel, self.rows = kernel, int(kernel["args"]["M"])
         self.record_id = kernel.get("record_id")
@@ -63,8 +66,7 @@ class AutoschedLinear(nn.Module):
         x2d = x.reshape(-1, x.shape[-1])
         if x2d.shape[0] != self.rows:
             return nn.functional.linear(x, self.weight, self.bias)
-        op = getattr(torch.ops.autosched, self.kernel["symbol"])
-        y = _LinearFn.apply(x2d, self.weight, op)
+        y = _LinearFn.apply(x2d, self.weight, self.op)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], y.shape[-1])
@@ -90,8 +92,9 @@ class _LayerNormFn(torch.autograd.Function):
 class AutoschedLayerNorm(nn.Module):
     """nn.LayerNorm (affine) running an autosched kernel when the row count matches."""
 
-    def __init__(self, norm: nn.LayerNorm, kernel: dict):
+    def __init__(self, norm: nn.LayerNorm, kernel: dict, op):
         super().__init__()
+        self.op = op
         self.weight, self.bias, self.eps = norm.weight, norm.bias, norm.eps
         self.kernel, self.rows = kernel, int(kernel["args"]["M"])
         self.record_id = kernel.get("record_id")
@@ -100,30 +103,30 @@ class AutoschedLayerNorm(nn.Module):
         x2d = x.reshape(-1, x.shape[-1])
         if x2d.shape[0] != self.rows:
             return nn.functional.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
-        op = getattr(torch.ops.autosched, self.kernel["symbol"])
-        return _LayerNormFn.apply(x2d, self.weight, self.bias, self.eps, op).reshape(x.shape)
+        return _LayerNormFn.apply(x2d, self.weight, self.bias, self.eps,
+                                  self.op).reshape(x.shape)
 
 
-def _match(module: nn.Module, kernels: list[dict]):
+def _match(module: nn.Module, kernels: list[dict], library):
     for k in kernels:
         args = k.get("args", {})
         if isinstance(module, nn.Linear) and k.get("workload") == "matmul" and \
                 args.get("N") == module.out_features and args.get("K") == module.in_features:
-            return AutoschedLinear(module, k)
+            return AutoschedLinear(module, k, library[k["workload"]])
         if isinstance(module, nn.LayerNorm) and module.elementwise_affine and \
                 k.get("workload") == "layer_norm" and len(module.normalized_shape) == 1 and \
                 args.get("N") == module.normalized_shape[0]:
-            return AutoschedLayerNorm(module, k)
+            return AutoschedLayerNorm(module, k, library[k["workload"]])
     return None
 
 
 def swap_modules_for_library(model: nn.Module, library_dir) -> dict:
     """Replace matching modules in place; returns {module name: kernel symbol}."""
-    kernels = _load(library_dir)
+    library, kernels = _load(library_dir)
     swapped = {}
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
-            repl = _match(child, kernels)
+            repl = _match(child, kernels, library)
             if repl is not None:
                 setattr(parent, child_name, repl)
                 full = f"{parent_name}.{child_name}" if parent_name else child_name
@@ -132,9 +135,13 @@ def swap_modules_for_library(model: nn.Module, library_dir) -> dict:
 
 
 def record_ids(library_dir) -> dict:
-    """{"autosched::<symbol>": record id} from a library's manifest (for plan kernel ids)."""
+    """{"autosched::<workload>": record ids} from a library's manifest (for plan kernel ids);
+    a workload with several shape variants lists each variant's record, comma-separated."""
     try:
         manifest = json.loads((Path(library_dir) / "manifest.json").read_text())
     except (OSError, ValueError) as e:
         raise UserError(f"{library_dir}: unreadable manifest.json ({e})") from None
-    return {f"autosched::{k['symbol']}": k.get("record_id") for k in manifest.get("kernels", [])}
+    ids: dict[str, list[str]] = {}
+    for k in manifest.get("kernels", []):
+        ids.setdefault(f"autosched::{k['workload']}", []).append(str(k.get("record_id")))
+    return {op: ",".join(v) for op, v in ids.items()}

@@ -103,7 +103,12 @@ def test_custom_ops_are_found_by_namespace_and_named_in_the_plan(autosched_op, m
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     loaded = []
     fake = types.ModuleType("autosched.torch")
-    fake.load_library = loaded.append
+
+    def fake_load_library(path):  # what the real loader returns: ops by workload
+        loaded.append(path)
+        return {"matmul": getattr(torch.ops.autosched, autosched_op)}
+
+    fake.load_library = fake_load_library
     monkeypatch.setitem(sys.modules, "autosched.torch", fake)
     model = mlp.make_model(n_layer=2, width=32, hidden=32)
     reference = mlp.make_model(n_layer=2, width=32, hidden=32)
@@ -115,8 +120,10 @@ def test_custom_ops_are_found_by_namespace_and_named_in_the_plan(autosched_op, m
                                                                mlp.loss_fn)
     for name, r in ref.items():
         torch.testing.assert_close(got[name], r)
+    assert record_ids(tmp_path) == {"autosched::matmul": "rec-7"}
+    # the real loader names the op after the workload; this test op has its own name
     plan = rt.plan(model, inputs, "100%", mlp.loss_fn, repeats=1, bandwidth_path=bw_path,
-                   kernel_ids=record_ids(tmp_path))
+                   kernel_ids={f"autosched::{autosched_op}": "rec-7"})
     for layer in plan.layers:
         assert layer.custom_ops == [f"autosched::{autosched_op}"]
         assert layer.kernel == f"autosched::{autosched_op}=rec-7"
