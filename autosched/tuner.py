@@ -156,7 +156,7 @@ def _loop(states, config, target, versions, db, measurer, scheduler, callbacks) 
             break
         i = scheduler.next_task([s.history for s in states], live)
         st = states[i]
-        n = min(config.batch_size, config.trials - done)
+        n = _batch_size(states, live, config.batch_size, config.trials - done)
         proposals = _proposals(st, n, rng)
         if not proposals:
             st.exhausted = True
@@ -177,6 +177,13 @@ def _loop(states, config, target, versions, db, measurer, scheduler, callbacks) 
         done += len(proposals)
         for cb in callbacks:
             cb.on_batch(states, done, config.trials)
+
+
+def _batch_size(states, live, batch_size: int, remaining: int) -> int:
+    """A full batch, except that tasks not yet tried keep a share of what remains: every
+    task gets at least its first candidates (the default, the floor) within the budget."""
+    untried = sum(1 for i in live if not states[i].history)
+    return max(1, min(batch_size, remaining // max(1, untried)))
 
 
 def _proposals(st: TaskState, n: int, rng: random.Random):

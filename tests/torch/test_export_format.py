@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import torch
 
 import autosched.torch as at
-from autosched import export
+from autosched import exporting as export
 from autosched.target import resolve_target
 from autosched.versions import current_versions
 
