@@ -96,6 +96,7 @@ def evaluate(task, target, samples: int, seed: int, sketch: str | None, log=None
         built += 1
         if log is not None:
             log.write(json.dumps({"task": task.name, "ms": ms, "cand": cand.to_json()}) + "\n")
+            log.flush()
         if np.allclose(got, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max()))):
             ok += 1
             times.append(ms)

@@ -1,0 +1,113 @@
+"""Best CPU candidates of our space against torch (MKL / oneDNN), side by side.
+
+Takes the JSONL log written by `space_cpu_quality.py --log` (or any JSONL of
+{"task": name, "cand": candidate JSON}), picks each task's best candidate, and
+times it against torch's equivalent op in the same process, alternating the two
+so that load from other jobs hits both alike. Wall-clock, `--threads` threads each.
+
+    PYTHONPATH=. python bench/space_cpu_vs_torch.py LOG.jsonl [--threads 2] [--rounds 7]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+
+OPS = {"matmul": "examples/matmul.py", "batch_matmul": "examples/batch_matmul.py",
+       "conv2d": "examples/conv2d.py", "depthwise_conv2d": "examples/conv2d.py",
+       "softmax": "examples/softmax.py", "layer_norm": "examples/softmax.py",
+       "dense_bias_gelu": "examples/dense_gelu.py"}
+
+
+def torch_op(task, tensors):
+    """Torch's own kernel for the example workloads (inputs as torch tensors)."""
+    import torch
+    import torch.nn.functional as F
+
+    a = task.args
+    table = {
+        "matmul": lambda x, y: x @ y,
+        "batch_matmul": torch.bmm,
+        "conv2d": lambda d, w: F.conv2d(d, w, padding=a["pad"]),
+        "depthwise_conv2d": lambda d, w: F.conv2d(d, w.unsqueeze(1), padding=a["pad"],
+                                                  groups=a["C"]),
+        "softmax": lambda x: torch.softmax(x, 1),
+        "layer_norm": lambda x, g, b: F.layer_norm(x, (a["N"],), g, b, a["eps"]),
+        "dense_bias_gelu": lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"),
+    }
+    fn = table[task.workload]
+    return lambda: fn(*tensors)
+
+
+def _time(fn, calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls * 1e3
+
+
+def compare(task, cand, space, target, rounds: int):
+    import torch
+    import tvm
+
+    rng = np.random.default_rng(0)
+    ins = [rng.standard_normal(t.shape).astype(t.dtype) for t in task.inputs]
+    out = np.zeros(task.outputs[-1].shape, task.outputs[-1].dtype)
+    dev = tvm.cpu()
+    ours = tvm.compile(space.apply(cand), target=target.tvm()).jit()["main"]
+    base = tvm.compile(task.mod, target=target.tvm()).jit()["main"]
+    bufs = [tvm.runtime.tensor(x, dev) for x in ins + [out]]
+    theirs = torch_op(task, [torch.from_numpy(x) for x in ins])
+    ours(*bufs)
+    want = theirs().numpy()
+    ok = np.allclose(bufs[-1].numpy(), want, rtol=1e-4, atol=1e-4 * max(1, np.abs(want).max()))
+    mine = lambda: ours(*bufs)  # noqa: E731
+    calls = max(1, int(50 / max(_time(mine, 3), 1e-3)))  # about 50 ms a batch
+    t_ours, t_torch = [], []
+    for _ in range(rounds):
+        t_ours.append(_time(mine, calls))
+        t_torch.append(_time(theirs, calls))
+    t_base = _time(lambda: base(*bufs), 1)
+    return statistics.median(t_ours), statistics.median(t_torch), t_base, ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("log")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=7)
+    opts = ap.parse_args()
+    os.environ["TVM_NUM_THREADS"] = str(opts.threads)
+    import torch
+
+    import autosched
+    from autosched.target import resolve_target
+    from search_space import Candidate, generate_space
+
+    torch.set_num_threads(opts.threads)
+    target = resolve_target("llvm")
+    best = {}
+    for line in open(opts.log):
+        row = json.loads(line)
+        if "ms" in row and (row["task"] not in best or row["ms"] < best[row["task"]]["ms"]):
+            best[row["task"]] = row
+        elif "ms" not in row:
+            best[row["task"]] = row
+    for name, row in best.items():
+        workload, _, rest = name.partition("(")
+        items = [kv for kv in rest.rstrip(")").split(",") if kv]
+        (task,) = autosched.load_tasks(OPS[workload], [workload], items)
+        space = generate_space(task, target)
+        cand = Candidate.from_json(row["cand"])
+        ours, theirs, base, ok = compare(task, cand, space, target, opts.rounds)
+        print(f"{name}: ours {ours:.3f} ms | torch {theirs:.3f} ms | ours/torch "
+              f"{ours / theirs:.2f} | unscheduled {base:.1f} ms | "
+              f"{'matches torch' if ok else 'DIFFERS from torch'} | {cand.sketch}")
+
+
+if __name__ == "__main__":
+    main()
