@@ -214,10 +214,10 @@ class RPCRunner:
             worker.send(dict(job.request, host=host, port=port, matchkey=matchkey))
             reply = worker.wait_reply(limit)
         except WorkerDied as e:
+            self._drop_worker(slot)
             reply = {"ok": False, "lost": True, "phase": "session", "error": f"worker {e}"}
-        if reply is None or reply.get("lost"):
-            self._drop_worker(slot)  # also closes a connection to a hung server
         if reply is None:
+            self._drop_worker(slot)  # killing it is the one sure way to let go of the server
             reply = {"ok": False, "lost": True, "phase": "?",
                      "error": f"no answer within {limit:g}s (hung)"}
         self._settle(job, reply, f"{host}:{port}", time.monotonic() - start, batch)
