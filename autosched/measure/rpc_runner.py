@@ -97,9 +97,10 @@ class _Batch:
 class RPCRunner:
     """Runs artifacts on the servers registered under `address.key` at the tracker.
     `concurrency` is how many candidates it measures at once (servers of the key at the
-    last look, at most `address.sessions`); `stats` counts sessions ("measured"), lost
-    servers ("lost") and retries ("retried"); `servers_used` counts measured candidates
-    per server address."""
+    last look, at most `address.sessions`); `stats` counts sessions that gave a result
+    ("measured"), sessions whose server was lost ("lost"), candidates sent to another
+    server ("retried") and servers a kernel took down ("crashed"); `servers_used` counts
+    results per server address, `lost_servers` holds the addresses lost."""
 
     def __init__(self, settings: MeasureSettings, work_dir: str, address: RPCAddress):
         self.settings = settings
