@@ -97,9 +97,10 @@ class _Batch:
 class RPCRunner:
     """Runs artifacts on the servers registered under `address.key` at the tracker.
     `concurrency` is how many candidates it measures at once (servers of the key at the
-    last look, at most `address.sessions`); `stats` counts sessions ("measured"), lost
-    servers ("lost") and retries ("retried"); `servers_used` counts measured candidates
-    per server address."""
+    last look, at most `address.sessions`); `stats` counts sessions that gave a result
+    ("measured"), sessions whose server was lost ("lost"), candidates sent to another
+    server ("retried") and servers a kernel took down ("crashed"); `servers_used` counts
+    results per server address, `lost_servers` holds the addresses lost."""
 
     def __init__(self, settings: MeasureSettings, work_dir: str, address: RPCAddress):
         self.settings = settings
@@ -214,10 +215,10 @@ class RPCRunner:
             worker.send(dict(job.request, host=host, port=port, matchkey=matchkey))
             reply = worker.wait_reply(limit)
         except WorkerDied as e:
+            self._drop_worker(slot)
             reply = {"ok": False, "lost": True, "phase": "session", "error": f"worker {e}"}
-        if reply is None or reply.get("lost"):
-            self._drop_worker(slot)  # also closes a connection to a hung server
         if reply is None:
+            self._drop_worker(slot)  # killing it is the one sure way to let go of the server
             reply = {"ok": False, "lost": True, "phase": "?",
                      "error": f"no answer within {limit:g}s (hung)"}
         self._settle(job, reply, f"{host}:{port}", time.monotonic() - start, batch)

@@ -1,7 +1,7 @@
 """Fixtures for the RPC tests: one real TVM tracker for the session (servers are added
-per test under their own key, so killing them never affects another test), a small
-matmul task, short measurement limits, and the tiling search space while the real llvm
-space has only the default schedule."""
+per test under their own key, so killing them never affects another test; two shared
+servers serve the tests that leave them healthy), a small matmul task and short
+measurement limits."""
 from __future__ import annotations
 
 import itertools
@@ -12,7 +12,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))  # rpcfarm, rpcspace
+sys.path.insert(0, str(HERE))  # rpcfarm
 
 from rpcfarm import Farm  # noqa: E402
 
@@ -65,23 +65,6 @@ def matmul_task():
 
     return load_tasks(str(ROOT / "examples" / "matmul.py"),
                       arg_items=["M=64", "N=64", "K=64"])[0]
-
-
-@pytest.fixture(scope="session")
-def needs_test_space(matmul_task, target) -> bool:
-    """True while the real llvm space offers only the default schedule."""
-    from rpcspace import real_space_is_rich
-
-    return not real_space_is_rich(matmul_task, target)
-
-
-@pytest.fixture
-def tuning_space(monkeypatch, needs_test_space):
-    """The tuning loop in this process tunes over a space with enough candidates."""
-    if needs_test_space:
-        from rpcspace import tiling_space
-
-        monkeypatch.setattr("autosched.tuner.generate_space", tiling_space)
 
 
 @pytest.fixture

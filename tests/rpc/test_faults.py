@@ -12,6 +12,9 @@ from autosched.db import open_database
 from autosched.tuner import tune_tasks
 
 TRIALS = 32
+# failures a farm may record whatever its servers do: the candidate's own, found before
+# running it; a lost server never shows in a record here
+BUILD_SIDE = ("build_error", "build_timeout", "invalid")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -50,8 +53,8 @@ def _records(url, task):
         return db.records(task_key=task.key)
 
 
-def test_killing_one_server_mid_run_loses_nothing(farm, key, settings, matmul_task,
-                                                   tuning_space, runners, tmp_path):
+def test_killing_one_server_mid_run_loses_nothing(farm, key, settings, matmul_task, runners,
+                                                   tmp_path):
     victim, survivor = farm.add_servers(key, 2)
     # every timing takes >= 0.3 s a repeat, so a session lasts long enough to be cut
     slow = dataclasses.replace(settings, min_repeat_ms=300)
@@ -67,21 +70,21 @@ def test_killing_one_server_mid_run_loses_nothing(farm, key, settings, matmul_ta
     assert len(records) == TRIALS
     assert len({r.candidate_key for r in records}) == TRIALS
     # the candidate cut off with its server was measured again on the survivor
-    assert [r.result.error_kind for r in records if not r.ok] == []
+    assert all(r.ok or r.result.error_kind in BUILD_SIDE for r in records)
     (runner,) = runners
     assert runner.stats["lost"] == 1 and runner.stats["retried"] == 1
-    assert runner.stats["measured"] == TRIALS and "crashed" not in runner.stats
+    assert runner.stats["measured"] == sum(r.ok for r in records)
+    assert "crashed" not in runner.stats
     assert runner.lost_servers == {victim.address}
     assert runner.servers_used[survivor.address] > runner.servers_used[victim.address]
     assert farm.registered(key) == [survivor.address]
 
 
-def _tune_cli(farm, key, tmp_path, trials, needs_test_space, min_repeat_ms=""):
+def _tune_cli(farm, key, tmp_path, trials, min_repeat_ms=""):
     import subprocess
     import sys
 
-    env = dict(os.environ, PYTHONPATH=ROOT, AUTOSCHED_TEST_SPACE=str(int(needs_test_space)),
-               AUTOSCHED_TEST_MIN_REPEAT_MS=str(min_repeat_ms))
+    env = dict(os.environ, PYTHONPATH=ROOT, AUTOSCHED_TEST_MIN_REPEAT_MS=str(min_repeat_ms))
     args = [sys.executable, os.path.join(ROOT, "tests", "rpc", "tune_cli.py"), "tune",
             os.path.join(ROOT, "examples", "matmul.py"), "--arg", "M=64", "--arg", "N=64",
             "--arg", "K=64", "--target", "llvm", "--trials", str(trials), "--batch-size", "16",
@@ -91,12 +94,12 @@ def _tune_cli(farm, key, tmp_path, trials, needs_test_space, min_repeat_ms=""):
                             text=True, cwd=str(tmp_path))
 
 
-def test_killing_every_server_stops_cleanly_and_a_rerun_resumes(
-        farm, key, matmul_task, needs_test_space, tmp_path):
+def test_killing_every_server_stops_cleanly_and_a_rerun_resumes(farm, key, matmul_task,
+                                                                 tmp_path):
     servers = farm.add_servers(key, 2)
     url = f"sqlite:///{tmp_path}/t.db"
     # timing repeats of >= 0.3 s: the servers die in the middle of a session
-    proc = _tune_cli(farm, key, tmp_path, TRIALS, needs_test_space, min_repeat_ms=300)
+    proc = _tune_cli(farm, key, tmp_path, TRIALS, min_repeat_ms=300)
     try:
         killer = Killer(farm, servers, servers, after=8)
         out, err = proc.communicate(timeout=900)
@@ -120,11 +123,11 @@ def test_killing_every_server_stops_cleanly_and_a_rerun_resumes(
     assert done == len(first)  # everything the run reported is committed
 
     farm.add_servers(key, 1)
-    proc = _tune_cli(farm, key, tmp_path, TRIALS - len(first), needs_test_space)
+    proc = _tune_cli(farm, key, tmp_path, TRIALS - len(first))
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err
     records = _records(url, matmul_task)
     assert len(records) == TRIALS
     assert len({r.candidate_key for r in records}) == TRIALS
     assert {r.candidate_key for r in first} <= {r.candidate_key for r in records}
-    assert [r.result.error_kind for r in records if not r.ok] == []
+    assert all(r.ok or r.result.error_kind in BUILD_SIDE for r in records)

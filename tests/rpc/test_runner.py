@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from autosched.errors import NoServersLeft
 from autosched.measure import MeasureInput
 from autosched.measure.factory import make_measurer
 from autosched.measure.rpc_runner import GRACE
@@ -110,8 +111,15 @@ def test_hung_server_is_let_go_and_its_candidate_measured_elsewhere(farm, key, s
             results = m.measure(inputs)
             seconds = time.monotonic() - start
             runner = m.runner
+        # every server hung: wait for a free one as long as allowed, then stop
+        farm.freeze(healthy)
+        with make_measurer(settings, farm.url(key, wait=2), str(tmp_path / "w")) as m:
+            with pytest.raises(NoServersLeft, match=f"none of the 2 RPC servers of key '{key}' "
+                               f"at tracker {farm.address} became free within 2s"):
+                m.measure(inputs[:1])
     finally:
         farm.kill(frozen)
+        farm.kill(healthy)
     assert [r.ok for r in results] == [True] * 4
     assert runner.stats == {"measured": 4, "lost": 1, "retried": 1}
     assert runner.servers_used == {healthy.address: 4}
