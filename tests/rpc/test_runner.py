@@ -16,52 +16,12 @@ N = 64  # the kernels below have the signature of the 64^3 matmul task
 
 
 def _kernels(task):
-    import tvm
-    from tvm import s_tir
-    from tvm.script import tirx as T
+    from support.kernels import broken_kernels, vectorized_matmul
 
-    @T.prim_func
-    def plus_one(A: T.Buffer((N, N), "float32"), B: T.Buffer((N, N), "float32"),
-                 C: T.Buffer((N, N), "float32")):
-        T.func_attr({"global_symbol": "main", "tir.noalias": True})
-        for i, j in T.grid(N, N):
-            C[i, j] = T.float32(1)  # computes A @ B + 1
-            for k in range(N):
-                C[i, j] = C[i, j] + A[i, k] * B[k, j]
-
-    @T.prim_func
-    def half_written(A: T.Buffer((N, N), "float32"), B: T.Buffer((N, N), "float32"),
-                     C: T.Buffer((N, N), "float32")):
-        T.func_attr({"global_symbol": "main", "tir.noalias": True})
-        for i, j in T.grid(N // 2, N):  # forgets the lower half of C
-            C[i, j] = T.float32(0)
-            for k in range(N):
-                C[i, j] = C[i, j] + A[i, k] * B[k, j]
-
-    @T.prim_func
-    def missing_symbol(A: T.Buffer((N, N), "float32"), B: T.Buffer((N, N), "float32"),
-                       C: T.Buffer((N, N), "float32")):
-        T.func_attr({"global_symbol": "main", "tir.noalias": True})
-        T.evaluate(T.call_extern("int32", "autosched_test_no_such_symbol", 1))
-
-    @T.prim_func
-    def hang(A: T.Buffer((N, N), "float32"), B: T.Buffer((N, N), "float32"),
-             C: T.Buffer((N, N), "float32")):
-        T.func_attr({"global_symbol": "main", "tir.noalias": True})
-        n: T.int32 = 0
-        while n >= 0:  # n stays in [0, 7): never terminates
-            n = (n + 1) % 7
-            C[0, 0] = T.Cast("float32", n)
-
-    sch = s_tir.Schedule(task.mod)
-    i, j, k = sch.get_loops(sch.get_sblock("C"))
-    jo, ji = sch.split(j, [None, 16])
-    sch.reorder(i, jo, k, ji)
-    sch.vectorize(ji)
-    mods = {name: tvm.IRModule({"main": f}) for name, f in
-            dict(plus_one=plus_one, half_written=half_written, missing_symbol=missing_symbol,
-                 hang=hang).items()}
-    return dict(plain=task.mod, vectorized=sch.mod, **mods)
+    broken = broken_kernels(N)
+    return dict(plain=task.mod, vectorized=vectorized_matmul(task, 16),
+                **{name: broken[name] for name in
+                   ("plus_one", "half_written", "missing_symbol", "hang")})
 
 
 def test_outputs_are_checked_and_failures_classified(farm, key, settings, target,
