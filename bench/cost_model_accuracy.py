@@ -1,6 +1,6 @@
 """How well the cost model ranks real kernels of tasks it has not seen, cold vs transferred.
 
-    python bench/cost_model.py [--space cpu|test-tiling] [--per-task 48] [--local 16]
+    python bench/cost_model_accuracy.py [--space cpu|test-tiling] [--per-task 48] [--local 16]
 
 1. Measure `--per-task` random candidates of each task on this machine with the
    product's measurer (isolated builds, output checks, time_evaluator); results are
