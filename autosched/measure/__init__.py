@@ -4,7 +4,7 @@ worker with timeouts, check every output against the reference, time the correct
 - `MeasureInput`: task + target (TargetSpec) + candidate + scheduled IRModule.
 - `factory.make_measurer(settings, runner="local", work_dir=None) -> Measurer`:
   `measure(inputs) -> list[MeasureResult]`, `close()`, a context manager. The one place
-  runner names (`local`; later `rpc://HOST:PORT/KEY`) become objects.
+  runner names (`local`, `rpc://HOST:PORT/KEY`) become objects.
 - `base.Builder` / `base.Runner`: the interfaces; `builder.LocalBuilder`,
   `local_runner.LocalRunner` implement them.
 - `reference`: seeded inputs and expected outputs per task, on disk as `.npy`;
