@@ -33,14 +33,19 @@ def time_tvm(mod, target, args: list[np.ndarray]) -> tuple[float, list[np.ndarra
 def metaschedule(task, target, trials: int, seed: int = 0):
     """Tune with MetaSchedule; returns (scheduled module, wall seconds, best-so-far curve
     of latencies in seconds per trial in measurement order)."""
+    from tvm.s_tir.meta_schedule import builder as msbuilder
     from tvm.s_tir.meta_schedule import database as msdb
     from tvm.s_tir.meta_schedule.tir_integration import compile_tir, tune_tir
 
     db = msdb.MemoryDatabase()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as work_dir:
+        # MetaSchedule's build workers import TVM's tensor intrinsics (TVMScript parsed at
+        # import), which takes minutes on a busy 2-core machine; its default 30 s build
+        # timeout then fails every build. A generous timeout keeps the peer honest.
         tune_tir(task.mod, target, work_dir, max_trials_global=trials,
-                 num_trials_per_iter=min(32, trials), database=db, seed=max(seed, 1))
+                 num_trials_per_iter=min(32, trials), database=db, seed=max(seed, 1),
+                 builder=msbuilder.LocalBuilder(timeout_sec=600))
     wall = time.perf_counter() - start
     curve, best = [], float("inf")
     for rec in db.get_all_tuning_records():
