@@ -172,7 +172,7 @@ def test_wrong_answers_are_recorded_and_never_best(tmp_path, examples_dir, monke
 
     monkeypatch.setattr("autosched.tuner.generate_space", _space_with_a_wrong_sketch)
     task = load_tasks(str(examples_dir / "matmul.py"), None, SMALL)[0]
-    config = _config(tmp_path, 12)
+    config = _config(tmp_path, 12, strategy="random")
 
     from autosched.search import RandomSearch
     from search_space import Candidate
