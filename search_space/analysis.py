@@ -137,6 +137,16 @@ class BlockAnalysis:
         names = {v.name for v in self.spatial}
         return tuple(a for a in self.reads if names - a.iters())
 
+    def streams(self, var: str, skip: frozenset = frozenset()) -> bool:
+        """Whether a vector along `var` reads every operand (but those in `skip`)
+        contiguously or as a broadcast: `var` indexes no dimension, or only the last."""
+        for acc in self.reads:
+            if acc.buffer in skip:
+                continue
+            if any(var in used for used in acc.uses[:-1]):
+                return False
+        return True
+
     @property
     def is_contraction(self) -> bool:
         """A reduction with data reuse (matmul, conv): worth multi-level tiling."""
@@ -220,6 +230,29 @@ def analyse(sch, block) -> BlockAnalysis:
     outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root_block(sch))}
     return BlockAnalysis(stmt.name_hint, iters, reads, writes,
                          _loops_bound(sch, block, stmt), stmt.name_hint in outputs)
+
+
+_CHILDREN = ("a", "b", "value", "args", "condition", "true_value", "false_value")
+
+
+def _conditional(expr) -> bool:
+    kind = type(expr).__name__
+    if kind == "Select" or (kind == "Call" and "if_then_else" in str(expr.op.name)):
+        return True
+    for field in _CHILDREN:
+        child = getattr(expr, field, None)
+        if child is None or isinstance(child, (int, float, str)):
+            continue
+        items = list(child) if field == "args" else [child]
+        if any(_conditional(c) for c in items):
+            return True
+    return False
+
+
+def computes_conditionally(sch, block) -> bool:
+    """Whether the block's value has a branch in it (a padding stage, a mask)."""
+    body = sch.get(block).body
+    return type(body).__name__ == "BufferStore" and _conditional(body.value)
 
 
 def param_buffers(sch) -> set[str]:

@@ -3,14 +3,16 @@
 Every task gets the unscheduled computation (the floor). A task with contractions
 (reductions with data reuse: matmul, conv, dense) gets multi-level tiling, and a
 variant that packs an operand into a blocked layout; a task of row reductions and
-elementwise stages (softmax, layer norm, plain maps) gets the row-wise sketch. The sketches
-are chosen by analysing the task's blocks, never by their names.
+elementwise stages (softmax, layer norm, plain maps) gets the row-wise sketch.
+Sketches are chosen by analysing the task's blocks, never by their names.
 """
 from __future__ import annotations
 
 import random
 
-from .analysis import analyse, blocks, output_dtype, param_buffers, vector_lanes
+from .analysis import (analyse, blocks, computes_conditionally, output_dtype, param_buffers,
+                       vector_lanes)
+from .cpu_check import check_stack
 from .cpu_common import CpuParams, consumer_chain, inline_candidates
 from .cpu_packing import find_pack_plan
 from .cpu_rows import RowSketch, row_depth
@@ -18,12 +20,8 @@ from .cpu_tiling import TilePlan, TileSketch
 from .decisions import Decider
 from .sketch import DefaultSketch
 
-# A register tile wider than this many bytes of locals is a stack hazard in the
-# runtime's worker threads; `check` rejects modules that allocate more on the stack.
-_MAX_LOCAL_BYTES = 1 << 20
-
-
 def cpu_params(task, target) -> CpuParams:
+    """Vector lanes of the task's dtype and the cores of the target (a TargetSpec)."""
     cores = int(target.config.get("num-cores", 1) or 1)
     return CpuParams(lanes=vector_lanes(target, output_dtype(task)), cores=max(1, cores))
 
@@ -35,8 +33,9 @@ def _tile_plans(sch, infos, packed: bool) -> tuple[TilePlan, ...] | None:
         if not (info.is_contraction and info.loops_bound):
             continue
         pack = find_pack_plan(info, params) if packed else None
+        # unpacked, the vector axis must stream through every operand as it is
         vec = pack.iter if pack else next((v.name for v in reversed(info.spatial)
-                                           if v.extent > 1), None)
+                                           if v.extent > 1 and info.streams(v.name)), None)
         if vec is None:
             continue
         chain = consumer_chain(sch, sch.get_sblock(info.name))
@@ -44,6 +43,19 @@ def _tile_plans(sch, infos, packed: bool) -> tuple[TilePlan, ...] | None:
     if not plans or (packed and not any(p.pack for p in plans)):
         return None
     return tuple(plans)
+
+
+def _branchy_inputs(sch, plans) -> set[str]:
+    """Producers with a branch (padding) read along a plan's vector axis: inlined,
+    every vector load would carry the branch, so they are never inlined there."""
+    out = set()
+    for plan in plans:
+        along = {a.buffer for a in plan.info.reads if plan.vec_iter in a.iters()}
+        for producer in sch.get_producers(sch.get_sblock(plan.block)):
+            stmt = sch.get(producer)
+            if stmt.writes[0].source.name in along and computes_conditionally(sch, producer):
+                out.add(stmt.name_hint)
+    return out
 
 
 def _rows_apply(infos) -> bool:
@@ -86,21 +98,16 @@ class CpuRules:
         for name, packed in (("tile", False), ("tile_pack", True)):
             plans = _tile_plans(sch, infos, packed)
             if plans:
-                keep = frozenset(p.block for p in plans).union(*(p.chain for p in plans))
+                keep = frozenset(p.block for p in plans).union(*(p.chain for p in plans),
+                                                              _branchy_inputs(sch, plans))
                 found.append(TileSketch(name, plans, inline_candidates(sch, keep), params))
         if _rows_apply(infos):
             found.append(RowSketch(tuple(infos), inline_candidates(sch), params))
         return [DefaultSketch()] + [s for s in found if _applies(task, s)]
 
     def check(self, mod, target):
-        from tvm.s_tir.analysis import calculate_allocated_bytes
-
-        for name, func in mod.functions.items():
-            sizes = calculate_allocated_bytes(func)
-            local = sizes.get("local", 0) if hasattr(sizes, "get") else 0
-            if int(local) > _MAX_LOCAL_BYTES:
-                return f"{name}: {int(local)} bytes of local buffers (limit {_MAX_LOCAL_BYTES})"
-        return None
+        """None when the module's stack buffers fit (see `cpu_check`)."""
+        return check_stack(mod)
 
 
 RULES = CpuRules()

@@ -18,6 +18,7 @@ class CpuParams:
     cores: int          # worker threads of the parallel runtime
     max_vectors: int = 4    # widest register tile along the vector axis, in vectors
     max_accumulators: int = 24  # vector registers a register tile may hold
+    min_accumulators: int = 4   # fewer cannot hide the latency of the FMA units
 
 
 class _Unchecked:
@@ -115,20 +116,38 @@ def annotate_unroll(sch, loop, decide: Decider, prefix: str) -> None:
         sch.annotate(loop, "pragma_unroll_explicit", 1)
 
 
+def _pow2_divisors(extent: int, limit: int) -> list[int]:
+    return [d for d in (1, 2, 4, 8, 16, 32, 64) if d <= limit and extent % d == 0]
+
+
+def vector_width(extent: int, params: CpuParams) -> int:
+    """The widest clean vector for a loop of `extent`: a multiple of the lanes up to
+    `max_vectors` registers, else the widest power of two that divides it (vectors
+    of odd widths cost LLVM long compiles and masked code)."""
+    width = params.lanes * params.max_vectors
+    wide = [f for f in range(params.lanes, width + 1, params.lanes) if extent % f == 0]
+    return max(wide) if wide else max(_pow2_divisors(extent, params.lanes))
+
+
 def vector_tile(decide: Decider, name: str, extent: int, parts: int, params: CpuParams):
-    """Tile factors for the vectorised axis: the innermost is a multiple of the lanes
-    whenever the extent allows it (the decision is made in units of lanes)."""
+    """Tile factors for the vectorised axis. The innermost is a multiple of the lanes
+    whenever the extent allows it (the decision is then made in units of lanes), else
+    a power of two up to the lanes (its own decision, the outer levels tile the rest)."""
     lanes = params.lanes
-    if extent % lanes == 0 and extent >= lanes:
+    if extent % lanes == 0:
         units = decide.tile(f"{name}@{lanes}", extent // lanes, parts, params.max_vectors)
         return units[:-1] + (units[-1] * lanes,)
-    return decide.tile(name, extent, parts, lanes * params.max_vectors)
+    widths = _pow2_divisors(extent, lanes)  # a quarter vector at least, when possible
+    inner = decide.choice(f"{name}.vector", [w for w in widths if w >= max(2, lanes // 4)]
+                          or widths)
+    outer = decide.tile(name, extent // inner, parts - 1, extent // inner)
+    return outer + (inner,)
 
 
 def vectorize_inner(sch, block, params: CpuParams, keep: int = 0) -> None:
-    """Vectorise the innermost loop of `block` when it is data parallel; a long loop is
-    split first so the vector stays a few registers wide. The outer `keep` loops
-    (a parallel row loop, say) are never touched."""
+    """Vectorise the innermost loop of `block` when it is data parallel, split to a
+    clean vector width (see `vector_width`). The outer `keep` loops (a parallel row
+    loop, say) are never touched."""
     loops = sch.get_loops(block)
     if len(loops) <= keep:
         return
@@ -136,28 +155,24 @@ def vectorize_inner(sch, block, params: CpuParams, keep: int = 0) -> None:
     extent = _extent(sch, inner)
     if extent <= 1 or loop_kinds(sch, block)[-1] != "S":
         return
-    width = params.lanes * params.max_vectors
-    if extent > width:
-        if extent % params.lanes:
-            return
-        factor = max(f for f in range(params.lanes, width + 1, params.lanes) if extent % f == 0)
-        inner = sch.split(inner, [None, factor])[1]
+    width = vector_width(extent, params)
+    if width == 1:
+        return
+    if width < extent:
+        inner = sch.split(inner, [None, width])[1]
     sch.vectorize(inner)
 
 
-def parallel_outer(sch, block, params: CpuParams, depth: int | None = None):
-    """Fuse the leading data-parallel loops of a root-level block and parallelise them.
-
-    Fuses until the extent gives every core several chunks (or `depth` loops)."""
+def parallel_outer(sch, block, params: CpuParams):
+    """Fuse the leading data-parallel loops of a root-level block (all but the last,
+    kept to vectorise) until every core gets several chunks, and parallelise them."""
     loops = sch.get_loops(block)
     kinds = loop_kinds(sch, block)
-    n = 0
-    extent = 1
-    limit = len(loops) - 1 if depth is None else depth
-    while n < limit and kinds[n] == "S":
+    n, extent = 0, 1
+    while n < len(loops) - 1 and kinds[n] == "S":
         extent *= _extent(sch, loops[n])
         n += 1
-        if depth is None and extent >= 8 * params.cores:
+        if extent >= 8 * params.cores:
             break
     if n == 0:
         return None

@@ -24,14 +24,15 @@ class PackPlan:
 
 def find_pack_plan(info: BlockAnalysis, params: set[str]) -> PackPlan | None:
     """The operand worth packing: an argument buffer reused across outputs (it misses
-    a spatial iter var) and indexed exactly by a spatial iter var. The last spatial
-    iter var is preferred (the output's contiguous axis), then earlier ones."""
+    a spatial iter var) and indexed exactly by a spatial iter var along which the
+    other operands stream (see `BlockAnalysis.streams`). The last spatial iter var
+    is preferred (the output's contiguous axis), then earlier ones."""
     candidates = [v for v in reversed(info.spatial) if v.extent > 1]
     reduce = {v.name for v in info.reduce}
     for var in candidates:
         for acc in info.reused_reads():
             dim = acc.dim_of(var.name) if acc.buffer in params else None
-            if dim is None:
+            if dim is None or not info.streams(var.name, frozenset([acc.buffer])):
                 continue
             rest = [d for d in range(len(acc.uses)) if d != dim]
             outer_at = next((i for i, d in enumerate(rest) if acc.uses[d] & reduce), 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .analysis import BlockAnalysis, blocks, loop_kinds
 from .cpu_common import (CpuParams, annotate_unroll, inline_producers, unchecked,
-                         vectorize_inner)
+                         vector_width, vectorize_inner)
 from .decisions import Decider
 
 
@@ -19,7 +19,7 @@ def vector_widths(extent: int, params: CpuParams) -> tuple[int, ...]:
     widths = tuple(params.lanes * m for m in (1, 2, 4) if extent % (params.lanes * m) == 0)
     if widths:
         return widths
-    return (max(d for d in range(1, min(extent, params.lanes) + 1) if extent % d == 0),)
+    return (vector_width(extent, params),)
 
 
 def row_depth(infos: list[BlockAnalysis], out: BlockAnalysis) -> int:

@@ -14,7 +14,12 @@ from .analysis import BlockAnalysis
 from .cpu_common import (CpuParams, annotate_unroll, finish_root_blocks, fold_chain,
                          inline_producers, unchecked, vector_tile, vectorize_inner)
 from .cpu_packing import PackPlan, pack_operand
-from .decisions import Decider
+from .decisions import Decider, divisors
+
+# Reductions up to this many steps in all are never blocked for the caches.
+_SHORT_REDUCTION = 64
+# A blocked reduction axis streams at least this many steps per accumulator load.
+_MIN_STREAM = 4
 
 
 @dataclass(frozen=True)
@@ -54,22 +59,68 @@ class TileSketch:
 
 
 def _decide_tiles(decide: Decider, info, plan: TilePlan, params: CpuParams) -> dict:
-    """Tile factors per iter var (extent-1 iter vars get none). The register tile is
-    bounded: accumulators (vectors) = product of S3 factors / lanes."""
+    """Tile factors per iter var (extent-1 iter vars get none)."""
     p = plan.block
-    tiles = {}
     vec = next(v for v in info.spatial if v.name == plan.vec_iter)
-    tiles[vec.name] = vector_tile(decide, f"{p}.{vec.name}", vec.extent, 4, params)
-    budget = max(1, params.max_accumulators // -(-tiles[vec.name][-1] // params.lanes))
-    for v in info.spatial:
-        if v.name == vec.name or v.extent == 1:
-            continue
-        tiles[v.name] = decide.tile(f"{p}.{v.name}", v.extent, 4, budget)
-        budget = max(1, budget // tiles[v.name][-1])
+    tiles = {vec.name: vector_tile(decide, f"{p}.{vec.name}", vec.extent, 4, params)}
+    tiles.update(_register_tile(decide, info, vec, tiles[vec.name][-1], params, p))
+    # A short reduction (a depthwise 3x3) is never blocked: R1 takes all of it, so
+    # the accumulators are loaded and stored once per output tile.
+    blocked = _product_of(v.extent for v in info.reduce) > _SHORT_REDUCTION
     for v in info.reduce:
-        if v.extent > 1:
+        if v.extent == 1:
+            continue
+        if not blocked:
+            tiles[v.name] = (1, v.extent)
+        elif v.extent % _MIN_STREAM == 0 and v.extent >= 4 * _MIN_STREAM:
+            # R1 streams at least a few steps between loads of the accumulators
+            units = decide.tile(f"{p}.{v.name}@{_MIN_STREAM}", v.extent // _MIN_STREAM, 2,
+                                v.extent // _MIN_STREAM)
+            tiles[v.name] = (units[0], units[1] * _MIN_STREAM)
+        else:
             tiles[v.name] = decide.tile(f"{p}.{v.name}", v.extent, 2, v.extent)
     return tiles
+
+
+def _reused_along(access, var: str) -> bool:
+    return all(var not in used or exact != var
+               for used, exact in zip(access.uses, access.exact))
+
+
+def _register_tile(decide: Decider, info, vec, vec_inner: int, params: CpuParams, p: str):
+    """Tiles of the spatial axes besides the vector one. Their innermost factors span
+    the register tile: between `min_accumulators` and `max_accumulators` vectors
+    (one register each) when the extents allow; a decision each, and the outer three
+    levels a tile decision of what is left."""
+    vectors = -(-vec_inner // params.lanes)
+    acc, tiles = vectors, {}
+    # Only an axis along which some vector operand is reused helps: one the operand
+    # does not depend on (the rows i of a matmul; not the batch n, whose B differs
+    # per n), or only through a sliding window (y + r of a convolution).
+    vector_reads = [a for a in info.reads if vec.name in a.iters()]
+    others = [v for v in info.spatial if v.name != vec.name and v.extent > 1]
+    axes = [v for v in others if any(_reused_along(a, v.name) for a in vector_reads)]
+    for v in others:
+        if v not in axes:
+            tiles[v.name] = decide.tile(f"{p}.{v.name}", v.extent, 3, v.extent) + (1,)
+    for n, v in enumerate(axes):
+        budget = max(1, params.max_accumulators // acc)
+        options = [d for d in divisors(v.extent) if d <= budget]
+        if n == len(axes) - 1:  # the last axis lifts the tile to the minimum if it can
+            enough = [d for d in options if d * acc >= params.min_accumulators]
+            options = enough or options
+        inner = decide.choice(f"{p}.{v.name}.reg", options)
+        rest = v.extent // inner
+        tiles[v.name] = decide.tile(f"{p}.{v.name}", rest, 3, rest) + (inner,)
+        acc *= inner
+    return tiles
+
+
+def _product_of(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
 
 
 def _split_and_reorder(sch, block, info, tiles: dict, vec_iter: str):
@@ -130,7 +181,7 @@ def _tile_elems(info, tiles: dict, level: int) -> int:
     return out
 
 
-def _write_stage(sch, block, decide: Decider, plan: TilePlan, tiles: dict):
+def _write_stage(sch, block, decide: Decider, plan: TilePlan, tiles: dict, cores: int):
     """The stage that writes the output tile and the tile level it sits at: the fused
     elementwise consumers when there are some, else (a decision) a cache of the
     accumulator, else none. A cache is forced when the vector axis is not the
@@ -143,7 +194,10 @@ def _write_stage(sch, block, decide: Decider, plan: TilePlan, tiles: dict):
         stage = None
     else:
         return None, 2
-    level = decide.choice(f"{plan.block}.write_at", (1, 2))
+    # Written back under S0, the tile loops below cannot join the parallel loop: only
+    # offered when S0 alone gives every core work.
+    outer = _tile_elems(plan.info, tiles, 0) // _tile_elems(plan.info, tiles, 1)
+    level = decide.choice(f"{plan.block}.write_at", (1, 2) if outer >= 2 * cores else (2,))
     if stage is None:
         small = _tile_elems(plan.info, tiles, level) <= _LOCAL_TILE_ELEMS
         stage = sch.cache_write(block, 0, "local" if small else "global")
@@ -160,7 +214,7 @@ def tile_block(sch, decide: Decider, plan: TilePlan, params: CpuParams) -> set:
     scheduled = {plan.block}
     if plan.pack is not None:  # the packing stage is parallelised with the other root blocks
         pack_operand(sch, block, plan.pack, tiles[plan.vec_iter][-1])
-    write, level = _write_stage(sch, block, decide, plan, tiles)
+    write, level = _write_stage(sch, block, decide, plan, tiles, params.cores)
     s_groups, r_groups = _split_and_reorder(sch, block, info, tiles, plan.vec_iter)
     if write is not None:
         scheduled.add(sch.get(write).name_hint)
@@ -194,7 +248,4 @@ def _parallelise(sch, s_groups, level: int, params: CpuParams):
 
 
 def _product(sch, loops) -> int:
-    out = 1
-    for loop in loops:
-        out *= int(sch.get(loop).extent)
-    return out
+    return _product_of(int(sch.get(loop).extent) for loop in loops)

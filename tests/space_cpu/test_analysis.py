@@ -25,9 +25,20 @@ def test_conv_blocks():
 
 
 def test_depthwise_reuses_only_the_weight():
-    _, (_, dw) = _infos("depthwise_conv2d")
+    sch, (_, dw) = _infos("depthwise_conv2d")
     assert dw.is_contraction
     assert [a.buffer for a in dw.reused_reads()] == ["weight"]
+    # a vector over channels would gather the input: nothing worth packing
+    from search_space.analysis import param_buffers
+
+    assert find_pack_plan(dw, param_buffers(sch)) is None
+    assert dw.streams("v_x") and not dw.streams("v_ch")
+
+
+def test_dense_has_no_streaming_axis_unpacked():
+    _, (dense, _) = _infos("dense_gelu")
+    assert not dense.streams("v_j") and not dense.streams("v_i")
+    assert dense.streams("v_j", frozenset(["w"]))
 
 
 @pytest.mark.parametrize("case,kinds", [
@@ -81,3 +92,19 @@ def test_vector_lanes_follow_the_target():
     assert vector_lanes(avx512, "float32") == 16
     assert vector_lanes(avx512, "float64") == 8
     assert vector_lanes(sse, "float32") == 4
+
+
+def test_padding_is_conditional_and_kept_out_of_vector_loads(target):
+    from search_space.analysis import computes_conditionally
+
+    from .conftest import small_space
+
+    sch, (pad, _) = _infos("conv2d")
+    assert computes_conditionally(sch, sch.get_sblock(pad.name))
+    sch, infos = _infos("softmax")
+    assert not any(computes_conditionally(sch, sch.get_sblock(i.name)) for i in infos)
+    space = small_space("conv2d", target)
+    # vectorised along x the padding branch would sit in every load: not inlined;
+    # vectorised along output channels the padded value is a broadcast: offered
+    assert space.sketches["tile"].inline == ()
+    assert space.sketches["tile_pack"].inline == ("pad",)

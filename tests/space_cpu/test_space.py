@@ -78,7 +78,7 @@ def _first_tile(cand, space):
 @pytest.mark.parametrize("case", ["matmul", "conv2d", "dense_gelu", "batch_matmul"])
 def test_wrong_tile_product_is_invalid(case, target):
     space = small_space(case, target)
-    cand, _ = space.sample(random.Random(3), "tile")
+    cand, _ = space.sample(random.Random(3), CASES[case][4][1])
     name = _first_tile(cand, space)
     bad = list(cand.values()[name])
     bad[0] *= 2
@@ -122,4 +122,27 @@ def test_sample_space_check_passes(target):
     rng = random.Random(2)
     for _ in range(4):
         _, mod = space.sample(rng)
+        assert space.check(mod) is None
+
+
+def test_check_rejects_big_stack_buffers(target):
+    """A whole 1024x512 accumulator on the stack is refused; our sketches' small
+    register-tile caches pass."""
+    import autosched
+    from tvm import s_tir
+
+    from search_space import generate_space
+
+    from .conftest import ROOT
+
+    (task,) = autosched.load_tasks(f"{ROOT}/examples/matmul.py", ["matmul"],
+                                   ["M=1024", "N=512", "K=8"])
+    space = generate_space(task, target)
+    sch = s_tir.Schedule(task.mod)
+    sch.cache_write(sch.get_sblock("C"), 0, "local")
+    reason = space.check(sch.mod)
+    assert reason is not None and "2097152 bytes" in reason
+    rng = random.Random(1)
+    for _ in range(3):
+        _, mod = space.sample(rng, "tile_pack")
         assert space.check(mod) is None
