@@ -16,7 +16,7 @@ def __getattr__(name):
 
         return tune
     if name == "export":
-        from .export import export
+        from .exporting import export
 
         return export
     if name == "open_database":

@@ -11,3 +11,8 @@ class UserError(Exception):
 
 class BudgetExhausted(Exception):
     """Raised by components that can no longer make progress (e.g. no RPC server left)."""
+
+
+class NoServersLeft(BudgetExhausted):
+    """Every RPC server of the runner's key is gone (or the tracker is): nothing can be
+    measured any more. The tuning loop stops cleanly; committed records are kept."""

@@ -1,14 +1,15 @@
 """Search strategies: which candidates to measure next.
 
 A strategy proposes new candidates (never one already measured) and learns from the
-results. `make_strategy(name)` is the one place names become strategies.
+results. `make_strategy(name, **options)` is the one place names become strategies:
+"random" (uniform samples) and "evolutionary" (mutation guided by a learned cost model).
 """
 from __future__ import annotations
 
 import random
 from typing import Protocol
 
-from search_space import Candidate, InvalidCandidate, SearchSpace
+from search_space import Candidate, Decider, InvalidCandidate, SearchSpace
 
 from .errors import UserError
 
@@ -48,10 +49,143 @@ class RandomSearch:
         return None
 
 
-STRATEGIES = {"random": RandomSearch}
+def adapt(space: SearchSpace, cand: Candidate, rng: random.Random):
+    """Replay `cand` in `space`, re-sampling the decisions that do not fit (a candidate
+    of a similar task with other extents); None when its sketch is not in the space."""
+    try:
+        return cand, space.apply(cand)
+    except InvalidCandidate:
+        pass
+    sketch = space.sketches.get(cand.sketch)
+    if sketch is None:
+        return None
+    decide = Decider(cand.values(), rng=rng, strict=False)
+    try:
+        mod = space._schedule(sketch, decide)  # the same replay `mutate` does, non-strict
+    except InvalidCandidate:
+        return None
+    return Candidate.make(cand.sketch, decide.made), mod
+
+
+class EvolutionarySearch:
+    """Evolution guided by a learned cost model (as in Ansor and MetaSchedule).
+
+    Each `propose` builds a population from the warm-start candidates (`seed_candidates`),
+    the best candidates measured so far in this run and fresh samples; then for
+    `generations` rounds parents are picked by tournament on the model's score and
+    mutated (one decision each, via `space.mutate`) with probability `mutation_prob`.
+    The best-scored unseen candidates of everything visited are proposed, except an
+    `epsilon` share of fresh random samples that keeps the model honest. Nothing in
+    `exclude`, and nothing proposed before in this run, is ever proposed.
+    """
+
+    def __init__(self, cost_model=None, population: int = 64, generations: int = 4,
+                 mutation_prob: float = 0.85, epsilon: float = 0.1, elites: int = 8,
+                 tournament: int = 3, seed: int = 0, model_path: str | None = None):
+        if cost_model is None or isinstance(cost_model, str):
+            from cost_model import make_cost_model
+
+            cost_model = make_cost_model(cost_model or "xgb", model_path, seed=seed)
+        elif model_path:
+            cost_model.load(model_path)
+        if population < 2 or generations < 0 or not 0 <= epsilon <= 1 or \
+                not 0 <= mutation_prob <= 1:
+            raise UserError("evolutionary search: population >= 2, generations >= 0, "
+                            "epsilon and mutation_prob in [0, 1]")
+        self.model = cost_model
+        self.population, self.generations = int(population), int(generations)
+        self.mutation_prob, self.epsilon = float(mutation_prob), float(epsilon)
+        self.elites, self.tournament = int(elites), max(1, int(tournament))
+        self._seeds: dict[str, Candidate] = {}
+        self._best: list[tuple[float, str, Candidate]] = []  # measured, fastest first
+        self._proposed: set[str] = set()
+
+    def seed_candidates(self, candidates) -> None:
+        """Warm start: the best records of this task (and of similar tasks)."""
+        for cand in candidates:
+            self._seeds.setdefault(cand.key, cand)
+
+    def propose(self, space, n, exclude, rng):
+        taken = set(exclude) | self._proposed
+        visited: dict[str, tuple] = {}
+        population = self._initial(space, rng, visited)
+        for _ in range(self.generations):
+            if not population:
+                break
+            population = self._next_generation(space, population, rng, visited)
+        n_random = min(n, int(round(self.epsilon * n)))
+        picks = self._best_unseen(space, visited, n - n_random, taken, rng)
+        picks += RandomSearch().propose(space, n - len(picks), taken | {c.key for c, _ in picks},
+                                        rng)
+        self._proposed.update(c.key for c, _ in picks)
+        return picks
+
+    def update(self, space, candidates, mods, results):
+        self.model.update(space.task, candidates, mods, results)
+        for cand, res in zip(candidates, results):
+            if res.ok:
+                self._best.append((res.median, cand.key, cand))
+        self._best.sort(key=lambda t: (t[0], t[1]))
+        del self._best[self.population:]
+
+    def _initial(self, space, rng, visited) -> list:
+        parents = list(self._seeds.values()) + [c for _, _, c in self._best]
+        pop = []
+        for cand in parents:
+            got = adapt(space, cand, rng)
+            if got is not None and got[0].key not in visited:
+                visited[got[0].key] = got
+                pop.append(got)
+        pop = pop[: self.population // 2]  # leave room for diversity
+        for cand, mod in RandomSearch().propose(space, self.population - len(pop),
+                                                set(visited), rng):
+            visited[cand.key] = (cand, mod)
+            pop.append((cand, mod))
+        return pop
+
+    def _scores(self, space, pairs, rng) -> list[float]:
+        scores = self.model.predict(space.task, [c for c, _ in pairs], [m for _, m in pairs])
+        # ties (an untrained model scores everything 0) are broken at random
+        return [float(s) + 1e-9 * rng.random() for s in scores]
+
+    def _next_generation(self, space, population, rng, visited) -> list:
+        scores = self._scores(space, population, rng)
+        order = sorted(range(len(population)), key=lambda i: -scores[i])
+        nxt = [population[i] for i in order[: self.elites]]
+        keys = {c.key for c, _ in nxt}
+        for _ in range(self.population * 4):
+            if len(nxt) >= self.population:
+                break
+            parent = population[min(rng.sample(range(len(population)),
+                                               min(self.tournament, len(population))),
+                                    key=lambda i: -scores[i])]
+            child = parent
+            if rng.random() < self.mutation_prob:
+                try:
+                    child = space.mutate(parent[0], rng)
+                except InvalidCandidate:
+                    continue
+            if child[0].key in keys:
+                continue
+            keys.add(child[0].key)
+            visited.setdefault(child[0].key, child)
+            nxt.append(child)
+        return nxt
+
+    def _best_unseen(self, space, visited, n, taken, rng) -> list:
+        pool = [pair for key, pair in visited.items() if key not in taken]
+        if n <= 0 or not pool:
+            return []
+        scores = self._scores(space, pool, rng)
+        order = sorted(range(len(pool)), key=lambda i: -scores[i])
+        return [pool[i] for i in order[:n]]
+
+
+STRATEGIES = {"random": RandomSearch, "evolutionary": EvolutionarySearch}
 
 
 def make_strategy(name: str, **options) -> SearchStrategy:
+    """`name` -> a strategy; options are the strategy's constructor arguments."""
     try:
         cls = STRATEGIES[name]
     except KeyError:

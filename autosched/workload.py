@@ -193,10 +193,16 @@ def _flops(func) -> float:
     return float(estimate_tir_flops(tvm.IRModule({"main": func})))
 
 
-def load_tasks(path: str, names: list[str] | None = None,
-               arg_items: list[str] | None = None) -> list[Task]:
-    """The one call the CLI and API use: op file + selection + overrides -> tasks."""
+def load_instances(path: str, names: list[str] | None = None,
+                   arg_items: list[str] | None = None) -> list[tuple[WorkloadDef, dict]]:
+    """Op file + `--workload` selection + `--arg` overrides -> (workload, args) pairs."""
     defs = select_workloads(load_op_file(path), names)
     overrides = parse_arg_overrides(arg_items)
     check_overrides_known(defs, overrides)
-    return [make_task(d, a) for d in defs for a in argument_sets(d, overrides)]
+    return [(d, a) for d in defs for a in argument_sets(d, overrides)]
+
+
+def load_tasks(path: str, names: list[str] | None = None,
+               arg_items: list[str] | None = None) -> list[Task]:
+    """The one call the CLI and API use: op file + selection + overrides -> tasks."""
+    return [make_task(d, a) for d, a in load_instances(path, names, arg_items)]

@@ -1,13 +1,66 @@
-"""CUDA rules. Placeholder rule set until the GPU tiling rules land."""
+"""CUDA rules: which sketches a task gets on a GPU, and the check of a scheduled module
+against the target's limits.
+
+Sketches (each schedules every block of the task, so every candidate is valid CUDA):
+- `default`: each block fused, split and bound as written (no decisions);
+- `simple`: elementwise producers inlined, thread count and unroll depth decided;
+- `tile`: multi-level tiling with shared-memory staging for reductions with data
+  reuse (matmul, convolution, batch matmul), when the task has one;
+- `rows` / `rows_fused`: cross-thread reduction for row reductions (softmax, norms),
+  as separate kernels or fused into the output kernel, when the task has them.
+"""
 from __future__ import annotations
+
+from .cuda_analysis import classify
+from .cuda_common import DefaultGpuSketch, SimpleGpuSketch, bind_unbound, inline_spatial
+from .cuda_limits import GpuLimits, check_module
+from .cuda_reduction import FusedRowReductionSketch, RowReductionSketch, cross_thread, fusion_plan
+from .cuda_tiling import can_tile, tile_block
+from .decisions import Decider
+
+
+class TiledGpuSketch:
+    """Multi-level tiling of the reductions with data reuse; row reductions get a
+    cross-thread kernel; the remaining elementwise blocks are inlined or bound."""
+
+    name = "tile"
+
+    def __init__(self, limits: GpuLimits):
+        self.limits = limits
+
+    def apply(self, sch, decide: Decider) -> None:
+        roles = classify(sch)
+        for name in roles.tiled:
+            if can_tile(sch, sch.get_sblock(name)):
+                tile_block(sch, name, decide, self.limits)
+        inline_spatial(sch, roles.spatial)
+        for name in roles.rows:
+            cross_thread(sch, name, decide, self.limits)
+        bind_unbound(sch, self.limits, decide)
 
 
 class CudaRules:
-    def sketches(self, task, target):
-        return []
+    """The CUDA rule set (see the module docstring)."""
 
-    def check(self, mod, target):
-        return None
+    def sketches(self, task, target) -> list:
+        from tvm import s_tir
+
+        limits = GpuLimits.of(target)
+        out = [DefaultGpuSketch(limits), SimpleGpuSketch(limits)]
+        sch = s_tir.Schedule(task.mod)
+        roles = classify(sch)
+        if any(can_tile(sch, sch.get_sblock(n)) for n in roles.tiled):
+            out.append(TiledGpuSketch(limits))
+        if roles.rows:
+            out.append(RowReductionSketch(limits))
+            inline_spatial(sch, roles.spatial)
+            if fusion_plan(sch) is not None:
+                out.append(FusedRowReductionSketch(limits))
+        return out
+
+    def check(self, mod, target) -> str | None:
+        """None when every kernel of `mod` fits the target's limits, else the reason."""
+        return check_module(mod, target)
 
 
 RULES = CudaRules()

@@ -8,34 +8,48 @@ from .record import Record, compatible_versions, make_record
 DEFAULT_DB_URL = "sqlite:///logs/autosched.db"
 
 
-def open_database(url: str | None = None) -> Database:
-    """`sqlite:///path` (the default, under ./logs/) or `postgresql://user@host:port/db`."""
+def open_database(url: str | None = None, *, upgrade: bool = False,
+                  create: bool = True) -> Database:
+    """`sqlite:///path` (the default, under ./logs/) or `postgresql://user@host:port/db`.
+
+    A fresh database gets the current schema when `create` (else UserError: commands
+    that only read say so instead of creating an empty file). An older schema is refused
+    with a UserError unless `upgrade` (what `autosched db upgrade` passes); a newer one
+    always is.
+    """
     url = url or DEFAULT_DB_URL
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "sqlite":
         from .sqlite import SqliteDatabase
 
-        return SqliteDatabase(url)
+        return SqliteDatabase(url, upgrade=upgrade, create=create)
     if scheme in ("postgresql", "postgres"):
         from .postgres import PostgresDatabase
 
-        return PostgresDatabase(url)
+        return PostgresDatabase(url, upgrade=upgrade, create=create)
     raise UserError(f"--db: unsupported URL {mask_password(url)!r}; use sqlite:///PATH "
                     "or postgresql://USER@HOST:PORT/DB")
 
 
 def mask_password(url: str) -> str:
-    """The URL with any password replaced by ***, for logs, errors and stats."""
+    """The URL with any password replaced by ***, for logs, errors and stats (both the
+    `user:password@` form and a `password=` query parameter, which libpq accepts)."""
+    import re
     from urllib.parse import urlsplit, urlunsplit
 
     try:
         parts = urlsplit(url)
     except ValueError:
         return "<malformed URL>"
-    if parts.password is None:
+    netloc, query = parts.netloc, parts.query
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        if ":" in userinfo:
+            netloc = userinfo.split(":", 1)[0] + ":***@" + hostport
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", query)
+    if (netloc, query) == (parts.netloc, parts.query):
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 __all__ = ["Database", "Record", "open_database", "make_record", "compatible_versions",

@@ -5,13 +5,14 @@ key, hardware key and compatible versions; listing queries may return anything.
 """
 from __future__ import annotations
 
-from typing import Iterable, Protocol
+from typing import Iterable, Iterator, Protocol
 
 from .record import Record
 
 
 class Database(Protocol):
     url: str  # with any password masked
+    schema_version: int
 
     def register_task(self, task_json: dict) -> None:
         """Remember a workload instance (workload name, args, key, FLOPs, arg specs)."""
@@ -38,10 +39,31 @@ class Database(Protocol):
         """Records matching the filters, in insertion order (for training and listing)."""
 
     def tasks(self) -> list[dict]:
-        """Every registered workload instance."""
+        """Every registered workload instance, in Task.to_json() shape. "flops" is None
+        (and "inputs"/"outputs" empty) for a workload known only from imported records,
+        until a tuner registers it."""
 
     def stats(self) -> dict:
         """Counts per task/target: records, ok, failures by kind, best latency."""
 
+    def iter_records(self, *, task_key: str | None = None, target_key: str | None = None,
+                     hardware_key: str | None = None, ok_only: bool = False,
+                     batch: int = 1000) -> Iterator[Record]:
+        """Like records(), streamed (exports of large databases)."""
+
+    def count(self) -> int:
+        """Number of records stored."""
+
+    def prune(self, keep: int, *, drop_failures: bool = False, task_key: str | None = None,
+              dry_run: bool = False) -> dict:
+        """Delete correct records beyond the `keep` fastest of each usable scope (never
+        the best) and, if asked, failures: {"slow": n, "failures": n, "kept": n}."""
+
     def close(self) -> None:
+        ...
+
+    def __enter__(self) -> "Database":
+        ...
+
+    def __exit__(self, *exc) -> None:
         ...

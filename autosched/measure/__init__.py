@@ -1,12 +1,14 @@
 """Measurement: build candidates in parallel worker processes, run them in an isolated
 worker with timeouts, check every output against the reference, time the correct ones.
 
-Interfaces:
-- `MeasureInput`: task + target + candidate + scheduled module.
-- `Builder.build(inputs) -> list[BuildArtifact]` (parallel, timed, isolated).
-- `Runner.run(inputs, artifacts) -> list[MeasureResult]` (check against reference, time).
-- `make_measurer(config)` in `autosched.measure.factory` resolves the runner name
-  (`local`, `rpc://HOST:PORT/KEY`) to objects; nothing deeper reads configuration.
+- `MeasureInput`: task + target (TargetSpec) + candidate + scheduled IRModule.
+- `factory.make_measurer(settings, runner="local", work_dir=None) -> Measurer`:
+  `measure(inputs) -> list[MeasureResult]`, `close()`, a context manager. The one place
+  runner names (`local`, `rpc://HOST:PORT/KEY`) become objects.
+- `base.Builder` / `base.Runner`: the interfaces; `builder.LocalBuilder`,
+  `local_runner.LocalRunner` implement them.
+- `reference`: seeded inputs and expected outputs per task, on disk as `.npy`;
+  `check`: the dtype-aware comparison rule.
 """
 from .result import FAILURE_KINDS, MeasureResult
 from .settings import MeasureInput, MeasureSettings

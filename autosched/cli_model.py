@@ -1,0 +1,87 @@
+"""`autosched model train`: a cost model from a tuning database, for warm starts.
+
+    autosched model train --db URL --op-file ops.py [--op-file more.py] -o model.json
+
+Records name their workload and arguments, not the computation, so the op files that
+define the workloads are given with --op-file (repeatable; a directory means every
+.py file in it). Records of workloads found in none of them, of another target kind
+or of another TVM / search-space version are skipped and counted.
+The model is written as `model.json` (XGBoost JSON) plus `model.meta.json`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .errors import UserError
+
+
+def add_parser(subparsers):
+    """Add the `model` command (and `model train`) to the main CLI's subparsers; returns
+    the `model` parser (the main CLI sets its `func` to `run`)."""
+    p = subparsers.add_parser("model", help="train and inspect cost models")
+    sub = p.add_subparsers(dest="model_command", required=True, parser_class=type(p))
+    t = sub.add_parser("train", help="train a cost model from database records")
+    t.add_argument("--db", metavar="URL", help="sqlite:///PATH (default logs/autosched.db) "
+                   "or postgresql://USER@HOST:PORT/DB")
+    t.add_argument("--op-file", action="append", required=True, metavar="PATH",
+                   help="op file (or directory of op files) defining the recorded workloads")
+    t.add_argument("--target", default="llvm", choices=("llvm", "cuda"),
+                   help="train on records of this target kind")
+    t.add_argument("--rounds", type=int, default=200, help="boosting rounds")
+    t.add_argument("-o", "--output", required=True, metavar="PATH", help="model file (.json)")
+    t.set_defaults(func=run)
+    return p
+
+
+def _op_files(items: list[str]) -> list[str]:
+    files = []
+    for item in items:
+        if os.path.isdir(item):
+            files += sorted(os.path.join(item, f) for f in os.listdir(item) if f.endswith(".py"))
+        elif os.path.isfile(item):
+            files.append(item)
+        else:
+            raise UserError(f"--op-file: not found: {item}")
+    if not files:
+        raise UserError("--op-file: no .py files found")
+    return files
+
+
+def run(args) -> int:
+    """Train and save; prints what went in. Exit 0, or 2 (UserError) on bad input."""
+    from cost_model.features import FeatureConfig
+    from cost_model.transfer import TransferReport, groups_from_database, train_from_records
+    from cost_model.xgb_ranker import XGBRanker
+    from search_space import SPACE_VERSION
+
+    from .db import mask_password, open_database
+    from .versions import current_versions
+
+    if not args.output.endswith(".json"):
+        raise UserError(f"-o: the model file must end in .json, got {args.output!r}")
+    if args.rounds < 1:
+        raise UserError(f"--rounds must be >= 1, got {args.rounds}")
+    files = _op_files(args.op_file)
+    report = TransferReport()
+    db = open_database(args.db, create=False)  # a mistyped path must not make a new file
+    try:
+        groups = groups_from_database(db, files, args.target, current_versions(SPACE_VERSION),
+                                      report)
+        url = getattr(db, "url", args.db)
+    finally:
+        db.close()
+    if not groups:
+        raise UserError(f"{mask_password(url or '')}: no usable {args.target} records "
+                        f"(skipped: {report.skipped_records or 'none'})")
+    model = train_from_records(groups, None, report=report, model=XGBRanker(
+        features=FeatureConfig(target_kind=args.target), rounds=args.rounds))
+    if not model.trained:
+        raise UserError("records carry no ranking signal (each task needs two candidates "
+                        "with different outcomes)")
+    model.save(args.output)
+    print(f"trained on {report.rows} candidates of {report.groups} task groups "
+          f"({report.failures} failures, {report.skipped_candidates} candidates no longer "
+          f"replay); skipped records: {report.skipped_records or 'none'}", file=sys.stderr)
+    print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,92 @@
+"""`autosched plan MODEL_FILE --memory-budget 2GiB [-o plan.json]`.
+
+The model file defines make_model() and make_inputs() (and optionally loss_fn(output));
+see autosched/runtime/modelfile.py. Prints the per-layer table and the predictions and
+writes the plan as JSON with -o. torch is imported only when the command runs.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from .errors import UserError
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("plan", help="choose per-layer keep/recompute/offload under a "
+                              "memory budget")
+    p.add_argument("model_file", help="Python file defining make_model() and make_inputs()")
+    p.add_argument("--memory-budget", required=True, metavar="SIZE",
+                   help="saved-activation budget: 2GiB, 512MiB, 1.5GB, bytes, or 60%% "
+                        "(of the activation memory without checkpointing)")
+    p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan here")
+    p.add_argument("--layers", metavar="ATTR",
+                   help="module whose children are the layers (default: the largest "
+                        "ModuleList/Sequential)")
+    p.add_argument("--allow-offload", choices=("auto", "yes", "no"), default="auto",
+                   help="offer offloading to host memory (auto: on CUDA only)")
+    p.add_argument("--time-limit", type=float, default=10.0, help="solver seconds")
+    p.add_argument("--gap", type=float, default=1e-3, help="solver relative MIP gap")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per layer and action")
+    p.add_argument("--threads", type=int, help="torch CPU threads while profiling")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="time measurements in wall time or process CPU time")
+    p.set_defaults(func=run)
+    return p
+
+
+def _check(args) -> None:
+    from .runtime.units import parse_budget
+
+    parse_budget(args.memory_budget, 1)        # fail on a malformed budget before profiling
+    if args.time_limit <= 0:
+        raise UserError(f"--time-limit must be > 0, got {args.time_limit}")
+    if not 0 <= args.gap < 1:
+        raise UserError(f"--gap must be in [0, 1), got {args.gap}")
+    if args.repeats < 1:
+        raise UserError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    if args.output and os.path.isdir(args.output):
+        raise UserError(f"-o {args.output}: is a directory")
+    if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
+        raise UserError(f"-o {args.output}: folder "
+                        f"{os.path.dirname(os.path.abspath(args.output))} does not exist")
+
+
+def run(args) -> int:
+    """Profile, plan, print; returns the exit code (UserError propagates to the CLI)."""
+    _check(args)
+    import torch
+
+    from .runtime.api import plan
+    from .runtime.modelfile import load_model_file
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    spec = load_model_file(args.model_file)
+    offload = {"auto": None, "yes": True, "no": False}[args.allow_offload]
+    result = plan(spec.model, spec.inputs, args.memory_budget, spec.loss_fn,
+                  layers=args.layers, allow_offload=offload, time_limit_s=args.time_limit,
+                  mip_gap=args.gap, repeats=args.repeats, clock=args.clock)
+    print(result.table())
+    if args.output:
+        _write_atomic(args.output, result.to_json())
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _write_atomic(path: str, text: str) -> None:
+    # A crash or full disk never leaves a half-written plan where the old one was.
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UserError(f"-o {path}: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".plan-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

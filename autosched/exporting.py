@@ -1,0 +1,127 @@
+"""Export: the best record of each selected workload -> DIR/kernels.so + DIR/manifest.json.
+
+Nothing is measured: each best record's candidate is replayed through the search space
+(exactly the schedule that was measured) and compiled into one library. Only records
+for this target, this hardware and compatible versions are used (the database filters).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+from search_space import SPACE_VERSION, Candidate, InvalidCandidate, generate_space
+
+from .errors import UserError
+from .versions import current_versions, library_versions
+
+MANIFEST_FORMAT = 1
+LIBRARY_NAME = "kernels.so"
+MANIFEST_NAME = "manifest.json"
+
+
+def kernel_symbols(tasks) -> list[str]:
+    """Workload name when a workload has one shape variant, else name__<key prefix>."""
+    counts: dict[str, int] = {}
+    for t in tasks:
+        counts[t.workload] = counts.get(t.workload, 0) + 1
+    return [t.workload if counts[t.workload] == 1 else f"{t.workload}__{t.key[:8]}" for t in tasks]
+
+
+def _best_records(db, tasks, target, versions):
+    records = []
+    for task in tasks:
+        rec = db.best(task.key, target.key, target.hardware_key, versions)
+        if rec is None:
+            raise UserError(f"no valid record for {task.name} on this {target.kind} target and "
+                            f"machine in {getattr(db, 'url', 'the database')}; "
+                            "run `autosched tune` first")
+        records.append(rec)
+    return records
+
+
+def _scheduled_func(task, target, record, symbol):
+    try:
+        mod = generate_space(task, target).apply(Candidate.from_json(record.candidate))
+    except (InvalidCandidate, ValueError) as e:
+        raise UserError(f"record {record.id} of {task.name} does not replay: {e}") from None
+    return mod["main"].with_attr("global_symbol", symbol)
+
+
+def _manifest(tasks, records, symbols, target, versions, metas) -> dict:
+    kernels = []
+    for task, rec, sym, meta in zip(tasks, records, symbols, metas):
+        kernels.append({
+            "symbol": sym, "workload": task.workload, "args": dict(task.args),
+            "task_key": task.key, "inputs": [s.to_json() for s in task.inputs],
+            "outputs": [s.to_json() for s in task.outputs], "record_id": rec.id,
+            "latency_s": rec.latency, "flops": task.flops, "candidate": rec.candidate,
+            "meta": meta})
+    return {"format": MANIFEST_FORMAT, "library": LIBRARY_NAME, "target": target.config,
+            "target_key": target.key, "hardware": target.fingerprint, "versions": versions,
+            "kernels": kernels}
+
+
+def export_tasks(tasks, target_text: str, out_dir: str, db_url: str | None = None,
+                 metas: list[dict] | None = None) -> str:
+    """Build the library for `tasks`; returns the manifest path. The output directory is
+    replaced atomically: a failure leaves any previous library untouched."""
+    import tvm
+
+    from .db import DEFAULT_DB_URL, open_database
+    from .target import resolve_target
+
+    target = resolve_target(target_text)
+    versions = current_versions(SPACE_VERSION)
+    db = open_database(db_url or DEFAULT_DB_URL)
+    try:
+        records = _best_records(db, tasks, target, versions)
+    finally:
+        db.close()
+    symbols = kernel_symbols(tasks)
+    funcs = {sym: _scheduled_func(t, target, r, sym) for t, r, sym in zip(tasks, records, symbols)}
+    manifest = _manifest(tasks, records, symbols, target, library_versions(SPACE_VERSION),
+                         metas or [{}] * len(tasks))
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
+    try:
+        tvm.compile(tvm.IRModule(funcs), target=target.tvm()).export_library(
+            os.path.join(staging, LIBRARY_NAME))
+        with open(os.path.join(staging, MANIFEST_NAME), "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1, sort_keys=True, default=_json_default)
+        _replace_dir(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return os.path.join(out_dir, MANIFEST_NAME)
+
+
+def _json_default(obj):
+    if callable(obj):
+        return getattr(obj, "__name__", str(obj))
+    return str(obj)
+
+
+def _replace_dir(staging: str, out_dir: str) -> None:
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UserError(f"-o {out_dir}: exists and is not a directory")
+    old = None
+    if os.path.isdir(out_dir):
+        old = out_dir.rstrip("/") + ".old-export"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(out_dir, old)
+    os.rename(staging, out_dir)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def export(op_file: str, target: str, out_dir: str, db_url: str | None = None,
+           workloads: list[str] | None = None, args: list[str] | None = None) -> str:
+    """`autosched export`: best records of the selected workloads -> a kernel library."""
+    from .workload import load_instances, make_task
+
+    pairs = load_instances(op_file, workloads, args)
+    tasks = [make_task(d, a) for d, a in pairs]
+    return export_tasks(tasks, target, out_dir, db_url, [d.meta for d, _ in pairs])

@@ -1,0 +1,53 @@
+"""The measurement interfaces: what a builder produces and what a runner consumes.
+
+A `Builder` turns scheduled modules into shared libraries on this machine. A `Runner`
+takes those libraries (paths to `.so` files) and the task's reference files
+(`reference.ensure_reference(task, work_dir)`: inputs, expected outputs, tolerances),
+runs each library somewhere (a local worker process, or a remote device over RPC),
+checks its outputs and times it. Runners never see a failed build.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from .result import MeasureResult
+from .settings import MeasureInput
+
+
+@dataclass(frozen=True)
+class BuildArtifact:
+    """A built candidate: the path of its `.so`, or the build failure."""
+
+    path: str | None
+    error_kind: str | None = None  # "build_error" | "build_timeout"
+    error_msg: str = ""
+    build_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+    def failure(self) -> MeasureResult:
+        """The MeasureResult of a failed build."""
+        return MeasureResult.failure(self.error_kind, self.error_msg,
+                                     build_seconds=self.build_seconds)
+
+
+class Builder(Protocol):
+    def build(self, inputs: list[MeasureInput]) -> list[BuildArtifact]:
+        """One artifact per input, in order; failures are artifacts too, never raised."""
+
+    def close(self) -> None:
+        """Stop every worker process."""
+
+
+class Runner(Protocol):
+    def run(self, inputs: list[MeasureInput],
+            artifacts: list[BuildArtifact]) -> list[MeasureResult]:
+        """One result per input, in order: latencies of a correct kernel, or the failure
+        (`run_error`, `run_timeout`, `wrong_answer`). `run_seconds` is filled; the caller
+        fills `build_seconds`. A failed artifact yields its build failure unchanged."""
+
+    def close(self) -> None:
+        """Stop every worker process or connection."""

@@ -1,0 +1,202 @@
+"""LocalBuilder: compile candidates to shared libraries in parallel worker processes.
+
+Each of `settings.build_workers` slots holds one long-lived build worker (see
+`worker.py`). Modules travel to it as `tvm.ir.save_json` text and the worker answers
+with the path of the exported `.so`. A build that runs past `settings.build_timeout`
+has its worker killed (with any compiler it started) and is reported as
+`build_timeout`; a worker that dies mid-build is `build_error` with how it died; a
+compiler exception is `build_error` with its message. Later builds get a fresh worker.
+"""
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+
+from .base import BuildArtifact
+from .settings import MeasureInput, MeasureSettings
+from .worker import STARTUP_TIMEOUT, WorkerDied, WorkerProcess
+
+# Test-only fault injection: an IRModule attribute read by the build worker.
+# "sleep:<seconds>" sleeps before compiling (a hanging build); "crash" kills the worker
+# with SIGSEGV (a crashing compiler). Search spaces never set it.
+TEST_FAULT_ATTR = "autosched.test_only.build_fault"
+_MAX_START_FAILURES = 3
+
+
+@dataclass
+class _Slot:
+    worker: WorkerProcess | None = None
+    job: tuple[int, dict] | None = None
+    deadline: float = 0.0
+    started: float = 0.0
+    start_failures: int = 0
+
+
+class LocalBuilder:
+    """Builds `MeasureInput.mod` for `MeasureInput.target` into `<work_dir>/builds/*.so`.
+    The files live until the caller deletes them or `close()` removes the folder."""
+
+    def __init__(self, settings: MeasureSettings, work_dir: str):
+        self.settings = settings
+        self.out_dir = os.path.join(work_dir, "builds")
+        self.log_dir = os.path.join(work_dir, "workers")
+        os.makedirs(self.out_dir, exist_ok=True)
+        self._slots = [_Slot() for _ in range(max(1, settings.build_workers))]
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live build workers (for diagnostics)."""
+        return [s.worker.pid for s in self._slots if s.worker is not None]
+
+    def build(self, inputs: list[MeasureInput]) -> list[BuildArtifact]:
+        """One artifact per input, in order. Never raises for a candidate's failure."""
+        results: list[BuildArtifact | None] = [None] * len(inputs)
+        jobs: deque[tuple[int, dict]] = deque()
+        for i, inp in enumerate(inputs):
+            try:
+                jobs.append((i, self._request(inp)))
+            except Exception as e:  # the module cannot even be serialised
+                results[i] = BuildArtifact(None, "build_error", f"cannot serialise module: {e}")
+        while jobs or any(s.job for s in self._slots):
+            self._dispatch(jobs, results)
+            self._wait(results)
+        self._settle()
+        return results  # type: ignore[return-value]
+
+    def _settle(self) -> None:
+        """Let workers still importing TVM finish now, so that they do not load the
+        CPU while the runner times kernels."""
+        for slot in self._slots:
+            if slot.worker is not None and not slot.worker.ready:
+                try:
+                    slot.worker.wait_ready(max(1.0, slot.deadline - time.monotonic()))
+                except RuntimeError:
+                    slot.worker = None  # wait_ready killed it; the next build retries
+
+    def _request(self, inp: MeasureInput) -> dict:
+        import tvm
+
+        mod = inp.mod if isinstance(inp.mod, tvm.IRModule) else tvm.IRModule({"main": inp.mod})
+        target = inp.target.config if hasattr(inp.target, "config") else dict(inp.target)
+        out = os.path.join(self.out_dir, f"{uuid.uuid4().hex}.so")
+        return {"mod": tvm.ir.save_json(mod), "target": target, "out": out}
+
+    def _dispatch(self, jobs, results) -> None:
+        now = time.monotonic()
+        free = sum(1 for s in self._slots if s.worker is not None and s.job is None)
+        for slot in self._slots:
+            if slot.worker is None and len(jobs) > free:  # start only the workers needed
+                slot.worker = WorkerProcess("build", self.log_dir)
+                slot.deadline = now + STARTUP_TIMEOUT
+                free += 1
+            if slot.worker and slot.worker.ready and slot.job is None and jobs:
+                slot.job = jobs.popleft()
+                slot.started = now
+                slot.deadline = now + self.settings.build_timeout
+                try:
+                    slot.worker.send(slot.job[1])
+                except WorkerDied as e:
+                    self._finish(slot, results, "build_error", f"build worker died: {e}")
+
+    def _wait(self, results) -> None:
+        waiting = [s for s in self._slots if s.worker and (s.job or not s.worker.ready)]
+        if not waiting:
+            return
+        timeout = max(0.0, min(s.deadline for s in waiting) - time.monotonic())
+        select.select([s.worker for s in waiting], [], [], timeout)
+        for slot in waiting:
+            self._poll(slot, results)
+
+    def _poll(self, slot: _Slot, results) -> None:
+        try:
+            reply = slot.worker.poll_reply()
+        except WorkerDied as e:
+            if slot.job:
+                self._finish(slot, results, "build_error", f"build worker {e}")
+            else:
+                self._start_failed(slot, str(e))
+            return
+        if reply is None:
+            if time.monotonic() < slot.deadline:
+                return
+            if slot.job:
+                self._finish(slot, results, "build_timeout",
+                             f"build did not finish within {self.settings.build_timeout:g}s")
+            else:
+                self._start_failed(slot, f"no answer within {STARTUP_TIMEOUT:g}s")
+        elif not slot.worker.ready:
+            slot.worker.ready = bool(reply.get("ready"))
+            slot.start_failures = 0
+        else:
+            index, request = slot.job
+            seconds = time.monotonic() - slot.started
+            if reply.get("ok"):
+                results[index] = BuildArtifact(request["out"], build_seconds=seconds)
+            else:
+                results[index] = BuildArtifact(None, "build_error", reply.get("error", "?"),
+                                               seconds)
+            slot.job = None
+
+    def _finish(self, slot: _Slot, results, kind: str, msg: str) -> None:
+        """Record a failure of the slot's job and replace its worker."""
+        index, request = slot.job
+        results[index] = BuildArtifact(None, kind, msg, time.monotonic() - slot.started)
+        slot.job = None
+        slot.worker.kill()
+        slot.worker = None
+        try:
+            os.unlink(request["out"])  # a half-written library
+        except OSError:
+            pass
+
+    def _start_failed(self, slot: _Slot, why: str) -> None:
+        tail = slot.worker.log_tail()
+        slot.worker.kill()
+        slot.worker = None
+        slot.start_failures += 1
+        if slot.start_failures >= _MAX_START_FAILURES:
+            raise RuntimeError(f"build worker failed to start {slot.start_failures} times: "
+                               f"{why}; {tail}")
+
+    def close(self) -> None:
+        """Kill the workers and delete every library this builder wrote."""
+        for slot in self._slots:
+            if slot.worker:
+                slot.worker.kill()
+            slot.worker, slot.job = None, None
+        shutil.rmtree(self.out_dir, ignore_errors=True)
+
+
+# ----------------------------------------------------------------- worker side
+
+
+def _inject_fault(fault: str) -> None:
+    import signal
+
+    if fault.startswith("sleep:"):
+        time.sleep(float(fault.split(":", 1)[1]))
+    elif fault == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def build_job(request: dict) -> dict:
+    """In the build worker: JSON module -> compiled, exported `.so`."""
+    import tvm
+
+    from .worker import error_text
+
+    try:
+        mod = tvm.ir.load_json(request["mod"])
+        if TEST_FAULT_ATTR in mod.attrs:
+            _inject_fault(str(mod.attrs[TEST_FAULT_ATTR]))
+            mod = mod.without_attr(TEST_FAULT_ATTR)
+        exe = tvm.compile(mod, target=tvm.target.Target(request["target"]))
+        exe.export_library(request["out"])
+    except Exception as e:
+        return {"ok": False, "error": error_text(e)}
+    return {"ok": True, "path": request["out"]}

@@ -1,0 +1,191 @@
+"""LocalRunner: run built candidates one at a time on this machine, check, then time.
+
+One long-lived run worker (see `worker.py`) loads each `.so`, runs it on the task's
+reference inputs (outputs prefilled with NaN / the integer maximum so unwritten
+elements show), compares every output with the reference (`check.compare`), checks
+that no input was overwritten, and only then times the kernel with TVM's
+`time_evaluator`. Candidates run strictly one after another: timing wants a quiet
+machine. A candidate past `settings.run_timeout` has its worker killed (`run_timeout`);
+a worker that dies (a wild store, SIGSEGV) gives `run_error` with the signal. Either way
+the next candidate gets a fresh worker, whose start-up does not count against it.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from .base import BuildArtifact
+from .reference import Reference, ensure_reference
+from .result import MeasureResult
+from .settings import MeasureInput, MeasureSettings
+from .worker import WorkerDied, WorkerProcess
+
+DEVICES = {"llvm": "cpu", "cuda": "cuda"}  # target kind -> TVM device type
+# A worker keeps every library it loaded mapped; start a fresh one now and then.
+RUNS_PER_WORKER = 500
+
+
+class LocalRunner:
+    """Runs artifacts built for a target whose device is on this machine."""
+
+    def __init__(self, settings: MeasureSettings, work_dir: str):
+        self.settings = settings
+        self.work_dir = work_dir
+        self.log_dir = os.path.join(work_dir, "workers")
+        self._worker: WorkerProcess | None = None
+        self._runs = 0  # candidates run by the current worker
+        self._references: dict[str, Reference] = {}
+
+    @property
+    def worker_pid(self) -> int | None:
+        """Process id of the current run worker (None before the first run); a failure
+        replaces it with a fresh one (for diagnostics)."""
+        return self._worker.pid if self._worker is not None else None
+
+    def run(self, inputs: list[MeasureInput],
+            artifacts: list[BuildArtifact]) -> list[MeasureResult]:
+        """One result per input, in order (see `base.Runner.run`)."""
+        results = []
+        for inp, art in zip(inputs, artifacts, strict=True):
+            if not art.ok:
+                results.append(art.failure())
+                continue
+            results.append(self._run_one(self._reference(inp.task), inp, art))
+        return results
+
+    def _reference(self, task) -> Reference:
+        ref = self._references.get(task.key)
+        if ref is None:
+            ref = self._references[task.key] = ensure_reference(task, self.work_dir)
+        return ref
+
+    def _request(self, ref: Reference, inp: MeasureInput, art: BuildArtifact) -> dict:
+        s = self.settings
+        kind = getattr(inp.target, "kind", None) or inp.target["kind"]
+        return {"lib": art.path, "reference": ref.directory, "device": DEVICES[kind],
+                "warmup": s.warmup, "number": s.number, "repeat": s.repeat,
+                "min_repeat_ms": s.min_repeat_ms, "check": s.check_correctness}
+
+    def _run_one(self, ref: Reference, inp: MeasureInput, art: BuildArtifact) -> MeasureResult:
+        request = self._request(ref, inp, art)
+        if self._runs >= RUNS_PER_WORKER:
+            self._replace_worker()
+        worker = self._ready_worker()
+        self._runs += 1
+        start = time.monotonic()
+        try:
+            worker.send(request)
+            reply = worker.wait_reply(self.settings.run_timeout)
+        except WorkerDied as e:
+            self._replace_worker()
+            return MeasureResult.failure("run_error", f"run worker {e}",
+                                         run_seconds=time.monotonic() - start)
+        seconds = time.monotonic() - start
+        if reply is None:
+            self._replace_worker()
+            return MeasureResult.failure(
+                "run_timeout", f"run did not finish within {self.settings.run_timeout:g}s; "
+                "worker killed", run_seconds=seconds)
+        if reply.get("ok"):
+            return MeasureResult(tuple(float(x) for x in reply["latencies"]), run_seconds=seconds)
+        return MeasureResult.failure(reply.get("kind", "run_error"), reply.get("error", "?"),
+                                     run_seconds=seconds)
+
+    def _ready_worker(self) -> WorkerProcess:
+        if self._worker is None or not self._worker.alive():
+            self._replace_worker()
+        if not self._worker.ready:
+            try:
+                self._worker.wait_ready()
+            finally:
+                if not self._worker.ready:
+                    self._worker = None
+        return self._worker
+
+    def _replace_worker(self) -> None:
+        """Kill the current worker and start the next one now: it imports TVM while
+        the caller records this result (nothing is being timed meanwhile)."""
+        self._drop_worker()
+        self._worker = WorkerProcess("run", self.log_dir)
+        self._runs = 0
+
+    def _drop_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker = None
+
+    def close(self) -> None:
+        """Kill the run worker."""
+        self._drop_worker()
+
+
+# ----------------------------------------------------------------- worker side
+
+# (reference directory, meta.json mtime) -> (specs, inputs, expected, tolerances):
+# consecutive candidates of one task reuse the arrays; a rewritten reference is reread.
+_LOADED: dict[tuple[str, int], tuple] = {}
+_LOADED_MAX = 4
+
+
+def _load_reference(directory: str) -> tuple:
+    from .reference import load_reference
+
+    key = (directory, os.stat(os.path.join(directory, "meta.json")).st_mtime_ns)
+    if key not in _LOADED:
+        ref = load_reference(directory)
+        if ref is None:
+            raise FileNotFoundError(f"no complete reference in {directory}")
+        inputs, expected = ref.arrays()
+        _LOADED[key] = (ref.specs(), inputs, expected, ref.tolerances())
+        while len(_LOADED) > _LOADED_MAX:
+            _LOADED.pop(next(iter(_LOADED)))
+    return _LOADED[key]
+
+
+def _fail(kind: str, msg: str) -> dict:
+    return {"ok": False, "kind": kind, "error": msg}
+
+
+def _check(specs, inputs, args, outs, expected, tols) -> str | None:
+    from .check import compare
+
+    for spec, out, exp, tol in zip(specs[1], outs, expected, tols):
+        msg = compare(spec.name, out.numpy(), exp, tol)
+        if msg:
+            return msg
+    for spec, original, arg in zip(specs[0], inputs, args):
+        if arg.numpy().tobytes() != original.tobytes():
+            return f"input {spec.name} was modified by the kernel"
+    return None
+
+
+def run_job(request: dict) -> dict:
+    """In the run worker: load, run, check against the reference, time."""
+    import tvm
+
+    from .reference import poison
+    from .worker import error_text
+
+    try:
+        specs, inputs, expected, tols = _load_reference(request["reference"])
+        dev = tvm.device(request["device"], 0)
+        lib = tvm.runtime.load_module(request["lib"])
+        args = [tvm.runtime.tensor(a, dev) for a in inputs]
+        outs = [tvm.runtime.tensor(poison(s), dev) for s in specs[1]]
+        for _ in range(max(1, request["warmup"])):
+            lib["main"](*args, *outs)
+        dev.sync()
+    except Exception as e:
+        return _fail("run_error", error_text(e))
+    if request["check"]:
+        msg = _check(specs, inputs, args, outs, expected, tols)
+        if msg:
+            return _fail("wrong_answer", msg)
+    try:
+        evaluator = lib.time_evaluator("main", dev, number=request["number"],
+                                       repeat=request["repeat"],
+                                       min_repeat_ms=request["min_repeat_ms"])
+        latencies = list(evaluator(*args, *outs).results)
+    except Exception as e:
+        return _fail("run_error", error_text(e))
+    return {"ok": True, "latencies": latencies}

@@ -1,0 +1,238 @@
+"""Reference data of a task: seeded random inputs and the outputs of the unscheduled
+computation, computed once per task and kept on disk for every runner and worker.
+
+Layout: ``<work_dir>/reference/<task key>/`` holds ``meta.json`` plus one ``.npy`` per
+input (``in<i>.npy``) and per expected output (``out<i>.npy``). ``meta.json`` is written
+last and the directory appears by an atomic rename, so a directory with a readable
+``meta.json`` is complete; concurrent processes that race to create it agree on one.
+Arrays are plain ``.npy`` loaded with ``allow_pickle=False``; dtypes numpy lacks
+(bfloat16, float8) are stored as their raw bits and re-viewed on load (``storage`` in
+``meta.json``).
+
+Inputs: floats uniform in [-1, 1]; signed integers in [-3, 3]; unsigned in [0, 7];
+booleans fair coin flips. The generator is seeded from the task key and a seed, so a
+task's inputs are identical in every process and on every machine. Expected outputs
+come from the unscheduled PrimFunc compiled for the generic CPU (``llvm``): the plainest
+lowering of the computation, whatever the tuning target.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+
+from .check import Tolerance, tolerance_for
+
+REFERENCE_VERSION = 1
+REFERENCE_TARGET = {"kind": "llvm"}
+
+
+def np_dtype(dtype: str):
+    """numpy dtype for a TVM dtype name (bfloat16 and float8 through ml_dtypes)."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        import ml_dtypes
+
+        try:
+            return np.dtype(getattr(ml_dtypes, dtype))
+        except AttributeError:
+            raise ValueError(f"no numpy dtype for {dtype!r}") from None
+
+
+def _storage(dt) -> str | None:
+    """Plain numpy name of the bits a dtype is saved as, when .npy cannot hold it."""
+    return None if dt.kind in "biufc" else f"uint{dt.itemsize * 8}"
+
+
+def random_inputs(specs, task_key: str, seed: int = 0) -> list[np.ndarray]:
+    """Deterministic inputs for `specs` (TensorSpecs), seeded by task key and seed."""
+    digest = int(hashlib.sha256(task_key.encode()).hexdigest()[:16], 16)
+    rng = np.random.default_rng([seed, digest])
+    arrays = []
+    for spec in specs:
+        dt = np_dtype(spec.dtype)
+        if dt.kind == "b":
+            a = rng.integers(0, 2, spec.shape).astype(dt)
+        elif dt.kind == "i":
+            a = rng.integers(-3, 4, spec.shape).astype(dt)
+        elif dt.kind == "u":
+            a = rng.integers(0, 8, spec.shape).astype(dt)
+        else:
+            a = rng.uniform(-1.0, 1.0, spec.shape).astype(dt)
+        arrays.append(a)
+    return arrays
+
+
+def poison(spec) -> np.ndarray:
+    """An output buffer prefilled with values no correct kernel leaves behind
+    (NaN for floats, the dtype's maximum for integers), so unwritten elements show."""
+    dt = np_dtype(spec.dtype)
+    if dt.kind == "b":
+        return np.ones(spec.shape, dt)
+    if dt.kind in "iu":
+        return np.full(spec.shape, np.iinfo(dt).max, dt)
+    return np.full(spec.shape, np.nan, dtype=np.float32).astype(dt)
+
+
+def reduction_extent(func) -> int:
+    """Longest reduction in `func`: the largest product of reduction extents of a block."""
+    import tvm
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    best = 1
+
+    def walk(rv):
+        nonlocal best
+        for child in sch.get_child_blocks(rv):
+            extent = 1
+            for iv in sch.get(child).iter_vars:
+                if int(iv.iter_type) == 2:  # IterVar.CommReduce
+                    extent *= int(iv.dom.extent)
+            best = max(best, extent)
+            walk(child)
+
+    walk(sch.get_sblock("root"))
+    return best
+
+
+def compute_expected(task, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Outputs of the unscheduled computation on `inputs`, run on this CPU."""
+    import tvm
+
+    exe = tvm.compile(task.mod, target=tvm.target.Target(REFERENCE_TARGET))
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(a, dev) for a in inputs]
+    outs = [tvm.runtime.tensor(poison(s), dev) for s in task.outputs]
+    exe["main"](*args, *outs)
+    return [o.numpy() for o in outs]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A complete reference directory. `created` is True when this call computed it,
+    False when it was found on disk (computed earlier, maybe by another process)."""
+
+    directory: str
+    meta: dict
+    created: bool = False
+
+    @property
+    def task_key(self) -> str:
+        return self.meta["task_key"]
+
+    def specs(self) -> tuple[list, list]:
+        """(input TensorSpecs, output TensorSpecs) as stored."""
+        from ..task import TensorSpec
+
+        return ([TensorSpec.from_json(e) for e in self.meta["inputs"]],
+                [TensorSpec.from_json(e) for e in self.meta["outputs"]])
+
+    def tolerances(self) -> list[Tolerance]:
+        return [Tolerance.from_json(o["tolerance"]) for o in self.meta["outputs"]]
+
+    def arrays(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """(inputs, expected outputs) as numpy arrays of their logical dtypes."""
+        return ([_load(self.directory, e) for e in self.meta["inputs"]],
+                [_load(self.directory, e) for e in self.meta["outputs"]])
+
+
+def _load(directory: str, entry: dict) -> np.ndarray:
+    a = np.load(os.path.join(directory, entry["file"]), allow_pickle=False)
+    return a.view(np_dtype(entry["dtype"])) if entry.get("storage") else a
+
+
+def _save(directory: str, file: str, spec, array: np.ndarray) -> dict:
+    storage = _storage(array.dtype)
+    np.save(os.path.join(directory, file), array.view(storage) if storage else array,
+            allow_pickle=False)
+    return {**spec.to_json(), "file": file, "storage": storage}
+
+
+def reference_dir(work_dir: str, task_key: str, seed: int = 0) -> str:
+    name = task_key if seed == 0 else f"{task_key}-seed{seed}"
+    return os.path.join(work_dir, "reference", name)
+
+
+def load_reference(directory: str) -> Reference | None:
+    """The reference in `directory`, or None when it is missing, partial or outdated."""
+    try:
+        with open(os.path.join(directory, "meta.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if meta.get("version") != REFERENCE_VERSION:
+        return None
+    files = [e["file"] for e in meta.get("inputs", []) + meta.get("outputs", [])]
+    if not all(os.path.isfile(os.path.join(directory, f)) for f in files):
+        return None
+    return Reference(directory, meta)
+
+
+def _matches(ref: Reference, task) -> bool:
+    def specs(entries):
+        return [(e["name"], tuple(e["shape"]), e["dtype"]) for e in entries]
+
+    return (specs(ref.meta["inputs"]) == [(s.name, s.shape, s.dtype) for s in task.inputs]
+            and specs(ref.meta["outputs"]) == [(s.name, s.shape, s.dtype) for s in task.outputs])
+
+
+def ensure_reference(task, work_dir: str, seed: int = 0) -> Reference:
+    """The task's reference, loaded from `work_dir` or computed and stored there."""
+    final = reference_dir(work_dir, task.key, seed)
+    found = load_reference(final)
+    if found is not None and found.meta.get("seed") == seed and _matches(found, task):
+        return found
+    parent = os.path.dirname(final)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{task.key}-", dir=parent)
+    try:
+        meta = _write(task, tmp, seed)
+        return _publish(tmp, final, meta, task, seed)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _publish(tmp: str, final: str, meta: dict, task, seed: int) -> Reference:
+    """Rename `tmp` to `final`; if another process got there first, use its files."""
+    for _ in range(3):
+        try:
+            os.rename(tmp, final)
+            return Reference(final, meta, created=True)
+        except OSError:  # `final` exists
+            pass
+        other = load_reference(final)
+        if other is not None and other.meta.get("seed") == seed and _matches(other, task):
+            return other
+        aside = f"{final}.stale-{uuid.uuid4().hex}"  # stale or partial: move it out of the way
+        try:
+            os.rename(final, aside)
+        except OSError:
+            pass
+        shutil.rmtree(aside, ignore_errors=True)
+    raise RuntimeError(f"cannot publish the reference of {task.name} in {final}")
+
+
+def _write(task, directory: str, seed: int) -> dict:
+    inputs = random_inputs(task.inputs, task.key, seed)
+    expected = compute_expected(task, inputs)
+    extent = reduction_extent(task.func)
+    meta = {"version": REFERENCE_VERSION, "task_key": task.key, "task": task.name,
+            "seed": seed, "target": REFERENCE_TARGET, "reduction_extent": extent,
+            "inputs": [_save(directory, f"in{i}.npy", s, a)
+                       for i, (s, a) in enumerate(zip(task.inputs, inputs))],
+            "outputs": []}
+    for i, (spec, out) in enumerate(zip(task.outputs, expected)):
+        entry = _save(directory, f"out{i}.npy", spec, out)
+        entry["tolerance"] = tolerance_for(spec.dtype, extent, out).to_json()
+        meta["outputs"].append(entry)
+    with open(os.path.join(directory, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    return meta

@@ -1,0 +1,100 @@
+"""One candidate on one RPC server, inside an `rpc` session worker (see `worker.py`).
+
+The runner asks the tracker for a free server and hands its address to this worker,
+which opens a TVM RPC session with a server-side timeout, uploads the candidate's
+`.so`, loads it, uploads the task's reference inputs as tensors (outputs prefilled with
+poison), runs it once, copies the outputs back and checks them here with the same rule
+as the local runner (`check.compare` via `local_runner._check`), then times it with the
+remote `time_evaluator`. Only the library and tensors cross the wire.
+
+A failure is classified for the runner:
+- the candidate's fault (`run_error`, `wrong_answer`, `run_timeout` when the server ended
+  the session at its timeout): recorded, never retried;
+- the server's (the connection is gone: it died, or crashed with the kernel):
+  ``{"lost": true}``, so the runner retries the candidate elsewhere;
+- the farm's (the server has no such device): ``{"misconfigured": ...}``, which stops the run.
+"""
+from __future__ import annotations
+
+import os
+
+# Phases in which the candidate's own code runs on the server: losing the server there
+# may be the candidate's doing (a crashing kernel takes TVM's server down with it).
+KERNEL_PHASES = ("run", "time")
+
+
+def _lost(phase: str, error: str) -> dict:
+    return {"ok": False, "lost": True, "phase": phase, "error": error}
+
+
+def _alive(dev) -> bool:
+    """Whether the session still answers: one tiny remote allocation."""
+    import tvm
+
+    try:
+        tvm.runtime.empty((1,), "float32", dev)
+        return True
+    except Exception:
+        return False
+
+
+def _measure(request: dict, reference: tuple, progress: dict) -> dict:
+    """Connect, upload, run, check, time. `progress["phase"]` says how far it got; all
+    remote objects live in this frame, so returning ends the session."""
+    import tvm
+    from tvm import rpc
+
+    from .local_runner import _check, _fail
+    from .reference import poison
+
+    specs, inputs, expected, tols = reference
+    progress["phase"] = "connect"
+    sess = rpc.connect(request["host"], request["port"], request["matchkey"],
+                       session_timeout=request["session_timeout"])
+    dev = sess.device(request["device"], 0)
+    progress["dev"] = dev
+    if not dev.exist:
+        return {"ok": False, "misconfigured": f"RPC server {request['host']}:{request['port']} "
+                f"has no {request['device']} device"}
+    progress["phase"] = "upload"
+    sess.upload(request["lib"])
+    lib = sess.load_module(os.path.basename(request["lib"]))
+    args = [tvm.runtime.tensor(a, dev) for a in inputs]
+    outs = [tvm.runtime.tensor(poison(s), dev) for s in specs[1]]
+    progress["phase"] = "run"
+    for _ in range(max(1, request["warmup"])):
+        lib["main"](*args, *outs)
+    dev.sync()
+    if request["check"]:
+        progress["phase"] = "check"
+        msg = _check(specs, inputs, args, outs, expected, tols)
+        if msg:
+            return _fail("wrong_answer", msg)
+    progress["phase"] = "time"
+    evaluator = lib.time_evaluator("main", dev, number=request["number"],
+                                   repeat=request["repeat"],
+                                   min_repeat_ms=request["min_repeat_ms"])
+    return {"ok": True, "latencies": list(evaluator(*args, *outs).results)}
+
+
+def run_job(request: dict) -> dict:
+    """In the `rpc` worker: measure one built candidate on the server in `request`."""
+    from .local_runner import _fail, _load_reference
+    from .worker import error_text
+
+    try:
+        reference = _load_reference(request["reference"])
+    except Exception as e:
+        return _fail("run_error", f"reference data: {error_text(e)}")
+    progress: dict = {"phase": "connect"}
+    try:
+        return _measure(request, reference, progress)
+    except Exception as e:
+        phase, text = progress["phase"], error_text(e)
+        if "RPCSessionTimeoutError" in str(e):
+            return _fail("run_timeout", f"the server ended the session at its "
+                         f"{request['session_timeout']:g}s timeout (during {phase})")
+        dev = progress.pop("dev", None)
+        if phase == "connect" or dev is None or not _alive(dev):
+            return _lost(phase, text)
+        return _fail("run_error", f"{phase}: {text}")

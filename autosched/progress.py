@@ -1,0 +1,79 @@
+"""What the user sees while tuning: a progress line, a final table, and a log file."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+
+from .tuner import Callback
+
+
+def _fmt_latency(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "-"
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.1f} us"
+
+
+class ProgressBar(Callback):
+    """One self-rewriting line on stderr: trials, best GFLOP/s so far, failures."""
+
+    def __init__(self, stream=None, width: int = 24):
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.start = time.perf_counter()
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def on_start(self, states, budget):
+        self.start = time.perf_counter()
+
+    def on_batch(self, states, done, budget):
+        filled = int(self.width * done / budget) if budget else self.width
+        gflops = max((s.best_gflops for s in states), default=0.0)
+        failures = sum(sum(s.failures.values()) for s in states)
+        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{budget} trials | "
+                f"best {gflops:.1f} GFLOP/s | failures {failures} | "
+                f"{time.perf_counter() - self.start:.0f}s")
+        self.stream.write(("\r" + line) if self.tty else line + "\n")
+        self.stream.flush()
+
+    def on_end(self, result):
+        if self.tty:
+            self.stream.write("\n")
+
+
+class JsonLog(Callback):
+    """Every measurement as one JSON line in `<work_dir>/tune-<time>.log`."""
+
+    def __init__(self, work_dir: str):
+        os.makedirs(work_dir, exist_ok=True)
+        self.path = os.path.join(work_dir, time.strftime("tune-%Y%m%d-%H%M%S.log"))
+        self.file = open(self.path, "a", encoding="utf-8")
+
+    def on_result(self, state, candidate, result):
+        self.file.write(json.dumps({"time": time.time(), "task": state.task.name,
+                                    "task_key": state.task.key, "candidate": candidate.to_json(),
+                                    "result": result.to_json()}) + "\n")
+        self.file.flush()
+
+    def on_end(self, result):
+        self.file.close()
+
+
+def summary_table(result) -> str:
+    """The final per-task table: task, FLOPs, best latency, GFLOP/s, trials, failures."""
+    header = ("task", "GFLOP", "best latency", "GFLOP/s", "trials", "failures")
+    rows = []
+    for s in result.tasks:
+        fails = ", ".join(f"{k}={v}" for k, v in sorted(s.failures.items())) or "0"
+        rows.append((s.task.name, f"{s.task.flops / 1e9:.3f}", _fmt_latency(s.best_latency),
+                     f"{s.best_gflops:.1f}", str(s.trials), fails))
+    return format_table(header, rows)
+
+
+def format_table(header, rows) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
+             for r in [header, ["-" * w for w in widths], *rows]]
+    return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""`autosched report`: what the database knows, per task, as a table and tuning curves."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TaskSummary:
+    """Records of one task on one target and machine, in the order they were measured."""
+
+    name: str
+    task_key: str
+    target: str
+    hardware: str
+    flops: float
+    latencies: list[float] = field(default_factory=list)   # inf for failures
+    failures: Counter = field(default_factory=Counter)
+
+    @property
+    def best(self) -> float:
+        return min(self.latencies, default=math.inf)
+
+    def curve(self) -> list[float]:
+        """Best GFLOP/s after each trial."""
+        best, out = math.inf, []
+        for lat in self.latencies:
+            best = min(best, lat)
+            out.append(self.flops / best / 1e9 if math.isfinite(best) and self.flops else 0.0)
+        return out
+
+
+def _target_label(target_key: str) -> str:
+    cfg = json.loads(target_key)
+    return f"{cfg.get('kind')}:{cfg.get('arch') or cfg.get('mcpu') or ''}"
+
+
+def summarize(db) -> list[TaskSummary]:
+    """One summary per (task, target, hardware) in the database."""
+    tasks = {t["key"]: t for t in db.tasks()}
+    groups: dict[tuple, TaskSummary] = {}
+    for rec in db.records():
+        gkey = (rec.task_key, rec.target_key, rec.hardware_key)
+        if gkey not in groups:
+            info = tasks.get(rec.task_key, {})
+            args = ",".join(f"{k}={v}" for k, v in rec.args.items())
+            groups[gkey] = TaskSummary(f"{rec.workload}({args})", rec.task_key,
+                                       _target_label(rec.target_key),
+                                       str(rec.hardware.get("model") or rec.hardware.get("name")),
+                                       float(info.get("flops") or 0.0))
+        s = groups[gkey]
+        s.latencies.append(rec.latency)
+        if not rec.ok:
+            s.failures[rec.result.error_kind] += 1
+    return list(groups.values())
+
+
+def table(summaries: list[TaskSummary]) -> str:
+    from .progress import _fmt_latency, format_table
+
+    rows = []
+    for s in summaries:
+        gflops = s.flops / s.best / 1e9 if math.isfinite(s.best) and s.flops else 0.0
+        fails = ", ".join(f"{k}={v}" for k, v in sorted(s.failures.items())) or "0"
+        rows.append((s.name, s.target, s.hardware, _fmt_latency(s.best), f"{gflops:.1f}",
+                     str(len(s.latencies)), fails))
+    return format_table(("task", "target", "hardware", "best latency", "GFLOP/s", "trials",
+                         "failures"), rows)
+
+
+def plot_curves(summaries: list[TaskSummary], out_dir: str) -> list[str]:
+    """One PNG per task: best GFLOP/s against trials."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    paths, used = [], defaultdict(int)
+    for s in summaries:
+        stem = f"{s.name.split('(')[0]}-{s.task_key[:8]}-{s.target.replace(':', '_')}"
+        used[stem] += 1
+        path = os.path.join(out_dir, f"{stem}{'' if used[stem] == 1 else used[stem]}.png")
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        curve = s.curve()
+        ax.plot(range(1, len(curve) + 1), curve, drawstyle="steps-post")
+        ax.set_xlabel("trials")
+        ax.set_ylabel("best GFLOP/s")
+        ax.set_title(f"{s.name} on {s.target}", fontsize=9)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -1,0 +1,120 @@
+"""`plan(model, example_inputs, memory_budget)`: profile, solve, and write the plan down."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from .actions import ACTIONS
+from .costmodel import compute_times, exposed_transfers, predict
+from .plandoc import Plan, LayerPlan
+from .units import parse_budget
+
+SOLVER_NAME = "scipy.optimize.milp (HiGHS)"
+
+
+def fingerprint(model, layers) -> str:
+    """A short hash of the layer names and their parameters' shapes and dtypes."""
+    desc = [(layer.name, [(n, list(p.shape), str(p.dtype))
+                          for n, p in layer.module.named_parameters()]) for layer in layers]
+    return hashlib.sha256(json.dumps(desc).encode()).hexdigest()[:16]
+
+
+def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | None = None,
+         allow_offload: bool | None = None, actions: list[str] | None = None,
+         time_limit_s: float = 10.0, mip_gap: float = 1e-3, repeats: int = 5,
+         bandwidth_path=None, profile=None, kernel_ids: dict | None = None,
+         clock: str = "wall") -> Plan:
+    """Profile `model` on `example_inputs` and choose an action per layer within the budget.
+
+    memory_budget: bytes, or a string "2GiB" / "512MiB" / "1.5GB" / "60%" (a percentage of
+    the activation memory the model saves without checkpointing). allow_offload: default
+    on CUDA only (on the CPU host and device memory are the same RAM). `profile` reuses a
+    ModelProfile (from profile_model) instead of measuring again. `kernel_ids` maps
+    autosched op names ("autosched::dense") to the record ids of their kernels. clock:
+    "wall" or "cpu" time for the measurements (see step.clock_fn).
+    """
+    from .layers import find_layers
+    from .planner import solve
+    from .profile import profile_model
+
+    inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
+        else (example_inputs,)
+    if not isinstance(memory_budget, (int, float)):
+        parse_budget(memory_budget, 1)          # malformed strings fail before profiling
+    if profile is None:
+        if allow_offload is None:
+            allow_offload = _on_cuda(model)
+        profile = profile_model(model, inputs, loss_fn, layers=layers, actions=actions,
+                                allow_offload=allow_offload, repeats=repeats,
+                                bandwidth_path=bandwidth_path, clock=clock)
+    budget = parse_budget(memory_budget, profile.keep_saved_bytes)
+    solution = solve(profile, budget, time_limit_s, mip_gap)
+    found = find_layers(model, profile.container)
+    return build_plan(model, profile, solution, budget, str(memory_budget),
+                      fingerprint(model, found), kernel_ids or {})
+
+
+def _on_cuda(model) -> bool:
+    p = next(model.parameters(), None)
+    return p is not None and p.is_cuda
+
+
+def build_plan(model, profile, solution, budget: int, spec: str, fp: str, kernel_ids) -> Plan:
+    pred = predict(profile, solution.assignment)
+    exposed = exposed_transfers(profile, solution.assignment)
+    layers = []
+    for i, (layer, name) in enumerate(zip(profile.layers, solution.assignment)):
+        f, b = compute_times(layer, name)
+        c = layer.options[name]
+        layers.append(LayerPlan(
+            name=layer.name, index=layer.index, action=name,
+            kernel=_kernel(name, layer.custom_ops, kernel_ids),
+            stream=_streams(name, profile.bandwidth.overlap),
+            predicted={"time_s": pred.layer_time_s[i], "fwd_s": f, "bwd_s": b,
+                       "exposed_transfer_s": exposed[i], "saved_bytes": pred.layer_bytes[i],
+                       "internal_bytes": c.internal_bytes, "host_bytes": c.host_bytes},
+            choices={n: _choice(profile, layer, n) for n in layer.options},
+            custom_ops=list(layer.custom_ops), attention_cores=list(layer.attention_cores)))
+    return Plan(
+        model={"class": type(model).__name__, "fingerprint": fp,
+               "container": profile.container, "layer_rule": profile.layer_rule,
+               "layers": len(layers)},
+        device=profile.device,
+        budget={"bytes": int(budget), "spec": spec},
+        reference={"saved_bytes": profile.keep_saved_bytes,
+                   "step_time_s": profile.keep_step_time_s},
+        bandwidth=profile.bandwidth.to_json(),
+        layers=layers,
+        predicted={"step_time_s": pred.step_time_s, "compute_s": pred.compute_s,
+                   "recompute_s": pred.recompute_s,
+                   "exposed_transfer_s": pred.exposed_transfer_s,
+                   "saved_bytes": pred.saved_bytes, "host_bytes": pred.host_bytes,
+                   "rest_time_s": profile.rest_time_s, "rest_bytes": profile.rest_bytes},
+        solver={"name": SOLVER_NAME, "status": solution.status, "message": solution.message,
+                "objective_s": solution.objective, "mip_gap": solution.gap,
+                "solve_time_s": solution.solve_time_s})
+
+
+def _choice(profile, layer, name) -> dict:
+    """One alternative as the planner saw it, alone: its time and own + shared bytes."""
+    c = layer.options[name]
+    f, b = compute_times(layer, name)
+    return {"time_s": f + b, "internal_bytes": c.internal_bytes,
+            "shared_bytes": sum(profile.shared_bytes[s] for s in c.shared),
+            "host_bytes": c.host_bytes}
+
+
+def _kernel(action: str, custom_ops, kernel_ids) -> str:
+    """Which kernels the layer runs: torch, or autosched ops with their record ids."""
+    if not custom_ops:
+        return "torch"
+    return "; ".join(f"{op}={kernel_ids.get(op, 'unknown')}" for op in custom_ops)
+
+
+def _streams(action: str, overlap: bool) -> dict:
+    if not ACTIONS[action].offload:
+        return {"compute": "default"}
+    if overlap:
+        return {"compute": "default", "offload": "side:offload", "prefetch": "side:prefetch"}
+    return {"compute": "default", "offload": "default (no copy engine)",
+            "prefetch": "default (no copy engine)"}

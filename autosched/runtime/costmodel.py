@@ -1,0 +1,102 @@
+"""Predicted step time and saved-activation memory of an assignment of actions to layers.
+
+Time (Mist-style overlap): rest + sum over layers of the action's compute (forward and
+backward, recomputation included) + the part of each offload transfer that other layers'
+compute does not hide. An offloaded layer's compute is that of the same layer without
+offload (keep, or memeff_ln for offload+memeff_ln); its transfers take host_bytes / bandwidth
+each way. With a copy engine (CUDA), layer i's device-to-host copy hides behind layer
+i+1's forward and its host-to-device prefetch behind layer i+1's backward (the last layer
+has no window); offload.py and actions.OffloadSchedule implement exactly those windows.
+Without one (CPU) every transfer is exposed.
+
+Memory: rest + sum of the layers' own saved bytes + each shared (layer-boundary) storage
+once if anyone keeps it on the device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .actions import ACTIONS
+
+
+def base_action(name: str) -> str:
+    """The action whose compute an offloaded layer runs ("offload+memeff_ln" -> "memeff_ln")."""
+    if not ACTIONS[name].offload:
+        return name
+    base = name.partition("+")[2] or "keep"
+    if base not in ACTIONS or ACTIONS[base].offload:
+        raise ValueError(f"{name}: no on-device action to take its compute from")
+    return base
+
+
+def compute_times(layer, name: str) -> tuple[float, float]:
+    """(forward, backward) compute seconds of `layer` under action `name`."""
+    c = layer.options[base_action(name)]
+    return c.fwd_s, c.bwd_s
+
+
+def transfer_time(profile, layer, name: str) -> tuple[float, float]:
+    """(device-to-host, host-to-device) seconds of the layer's offload transfers."""
+    host = layer.options[name].host_bytes if ACTIONS[name].offload else 0
+    bw = profile.bandwidth
+    return host / bw.d2h_bytes_per_s, host / bw.h2d_bytes_per_s
+
+
+def exposed_transfers(profile, assignment: list[str]) -> list[float]:
+    """Per layer, the seconds of its transfers that no compute hides."""
+    layers, out = profile.layers, []
+    for i, (layer, name) in enumerate(zip(layers, assignment)):
+        d2h, h2d = transfer_time(profile, layer, name)
+        if not profile.bandwidth.overlap:
+            out.append(d2h + h2d)
+            continue
+        if i + 1 < len(layers):
+            nf, nb = compute_times(layers[i + 1], assignment[i + 1])
+        else:
+            nf = nb = 0.0
+        out.append(max(0.0, d2h - nf) + max(0.0, h2d - nb))
+    return out
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_time_s: float
+    compute_s: float             # layers' compute, recomputation included
+    recompute_s: float           # extra over the same layers kept (recompute, lookups)
+    exposed_transfer_s: float
+    saved_bytes: int             # activation bytes on the device at the end of forward
+    host_bytes: int              # activation bytes offloaded to host memory
+    layer_time_s: tuple          # per layer: compute + exposed transfer
+    layer_bytes: tuple           # per layer: own bytes + shared storages it saves first
+
+
+def shared_kept(profile, assignment: list[str]) -> set:
+    kept = set(profile.rest_shared)
+    for layer, name in zip(profile.layers, assignment):
+        kept |= layer.options[name].shared
+    return kept
+
+
+def predict(profile, assignment: list[str]) -> Prediction:
+    """Predicted time and memory of running `assignment` (one action name per layer)."""
+    if len(assignment) != len(profile.layers):
+        raise ValueError(f"{len(assignment)} actions for {len(profile.layers)} layers")
+    exposed = exposed_transfers(profile, assignment)
+    compute, extra, layer_time = 0.0, 0.0, []
+    for layer, name, e in zip(profile.layers, assignment, exposed):
+        f, b = compute_times(layer, name)
+        compute += f + b
+        extra += f + b - layer.options["keep"].time_s
+        layer_time.append(f + b + e)
+    counted = set(profile.rest_shared)
+    layer_bytes = []
+    for layer, name in zip(profile.layers, assignment):
+        c = layer.options[name]
+        new = c.shared - counted
+        counted |= new
+        layer_bytes.append(c.internal_bytes + sum(profile.shared_bytes[s] for s in new))
+    saved = (profile.rest_bytes + sum(profile.shared_bytes[s] for s in profile.rest_shared)
+             + sum(layer_bytes))
+    host = sum(layer.options[n].host_bytes for layer, n in zip(profile.layers, assignment))
+    return Prediction(profile.rest_time_s + compute + sum(exposed), compute, extra,
+                      sum(exposed), saved, host, tuple(layer_time), tuple(layer_bytes))

@@ -1,0 +1,100 @@
+"""Plans as data: a versioned JSON document, and the table printed for people.
+
+A plan names, per layer, its action, the kernel behind it ("torch" or an autosched record
+id), the streams its work runs on, and the predicted time and bytes of the choice and of
+every alternative; globally the predictions and how the solver ended.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from ..errors import UserError
+from .units import format_bytes
+
+PLAN_FORMAT = "autosched.plan"
+PLAN_VERSION = 1
+
+
+@dataclass
+class LayerPlan:
+    name: str
+    index: int
+    action: str
+    kernel: str                       # "torch", or "autosched::op=<record id>; ..."
+    stream: dict                      # {"compute": "default", "transfer": ...}
+    predicted: dict                   # time_s, fwd_s, bwd_s, exposed_transfer_s, bytes...
+    choices: dict                     # action -> {"time_s", "saved_bytes", "host_bytes"}
+    custom_ops: list = field(default_factory=list)
+    attention_cores: list = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    model: dict                       # class, fingerprint, layer rule, layer count
+    device: str
+    budget: dict                      # {"bytes": int, "spec": str}
+    reference: dict                   # no-checkpoint saved bytes and step time (measured)
+    bandwidth: dict
+    layers: list
+    predicted: dict
+    solver: dict
+    format: str = PLAN_FORMAT
+    version: int = PLAN_VERSION
+
+    @property
+    def actions(self) -> list[str]:
+        return [layer.action for layer in self.layers]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        """Parse a plan; a document that is not a plan of this version raises UserError."""
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise UserError(f"not a plan: invalid JSON ({e})") from None
+        if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+            raise UserError("not an autosched plan (missing format 'autosched.plan')")
+        if data.get("version") != PLAN_VERSION:
+            raise UserError(f"plan version {data.get('version')} is not supported "
+                            f"(this autosched reads version {PLAN_VERSION})")
+        try:
+            layers = [LayerPlan(**layer) for layer in data.pop("layers")]
+            return cls(layers=layers, **data)
+        except (TypeError, KeyError) as e:
+            raise UserError(f"malformed plan: {e}") from None
+
+    def table(self) -> str:
+        """The per-layer table and the global predictions, for the terminal."""
+        head = ("layer", "action", "kernel", "time ms", "saved", "host", "transfer ms")
+        rows = [head]
+        for layer in self.layers:
+            p = layer.predicted
+            rows.append((layer.name, layer.action, layer.kernel, f"{p['time_s'] * 1e3:.2f}",
+                         format_bytes(p["saved_bytes"]), format_bytes(p["host_bytes"]),
+                         f"{p['exposed_transfer_s'] * 1e3:.2f}"))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+        g, ref = self.predicted, self.reference
+        lines += [
+            "",
+            f"budget            {format_bytes(self.budget['bytes'])} ({self.budget['spec']})",
+            f"saved activations {format_bytes(g['saved_bytes'])} predicted "
+            f"(no checkpointing: {format_bytes(ref['saved_bytes'])}); "
+            f"offloaded {format_bytes(g['host_bytes'])}",
+            f"step time         {g['step_time_s'] * 1e3:.1f} ms predicted "
+            f"(no checkpointing: {ref['step_time_s'] * 1e3:.1f} ms; extra compute "
+            f"{g['recompute_s'] * 1e3:.1f} ms, exposed transfers "
+            f"{g['exposed_transfer_s'] * 1e3:.1f} ms)",
+            f"solver            {self.solver['name']}: {self.solver['status']} in "
+            f"{self.solver['solve_time_s']:.2f} s",
+        ]
+        if g["host_bytes"] and not self.bandwidth.get("overlap", False) and \
+                self.device.startswith("cpu"):
+            lines.append("note              on the CPU host and device memory are the same RAM: "
+                         "offload lowers the activations autograd holds, not the process's "
+                         "memory")
+        return "\n".join(lines)

@@ -1,0 +1,201 @@
+"""Choose one action per layer: a MILP (scipy.optimize.milp, HiGHS).
+
+Variables: x[i,a] in {0,1} (layer i runs action a); z[s] in [0,1] (shared storage s is kept
+on the device); with a copy engine, e_f[i], e_b[i] >= 0 (exposed transfer seconds).
+
+    minimise   sum x[i,a] * compute(i,a) + sum (e_f[i] + e_b[i])       (+ transfers, no engine)
+    subject to sum_a x[i,a] = 1                                         for every layer i
+               z[s] >= sum_{a saves s} x[i,a]                           for every saver i of s
+               e_f[i] >= d2h(i) - forward(i+1),  e_b[i] >= h2d(i) - backward(i+1)
+               rest + sum x[i,a] * own_bytes(i,a) + sum z[s] * bytes(s) <= budget
+
+Times are in milliseconds and bytes in MiB inside the solver (well-scaled coefficients);
+the result is re-evaluated exactly with costmodel.predict. A budget no assignment meets
+raises UserError naming the smallest feasible budget (the optimum of the same MILP with
+memory as the objective).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UserError
+from .costmodel import compute_times, transfer_time
+from .units import format_bytes
+
+MIB = float(1 << 20)
+MS = 1e3
+
+
+@dataclass(frozen=True)
+class Solution:
+    assignment: list
+    status: str          # "optimal", "time limit (feasible)", ...
+    message: str
+    objective: float     # predicted step time in seconds, as the solver saw it
+    gap: float | None
+    solve_time_s: float
+
+
+class _Model:
+    """Variable layout and constraint rows of the planning MILP."""
+
+    def __init__(self, profile):
+        self.p = profile
+        self.x = []                       # (layer index, action name) per x column
+        for layer in profile.layers:
+            for name in layer.options:
+                self.x.append((layer.index, name))
+        shared = sorted({s for layer in profile.layers for c in layer.options.values()
+                         for s in c.shared} - set(profile.rest_shared))
+        self.z = {s: len(self.x) + k for k, s in enumerate(shared)}
+        n_layers = len(profile.layers)
+        self.overlap = profile.bandwidth.overlap
+        base = len(self.x) + len(self.z)
+        self.ef = [base + i for i in range(n_layers)] if self.overlap else []
+        self.eb = [base + n_layers + i for i in range(n_layers)] if self.overlap else []
+        self.n = base + (2 * n_layers if self.overlap else 0)
+
+    def cols_of(self, i):
+        return [(k, name) for k, (li, name) in enumerate(self.x) if li == i]
+
+    def time_objective(self) -> np.ndarray:
+        c = np.zeros(self.n)
+        for k, (i, name) in enumerate(self.x):
+            layer = self.p.layers[i]
+            f, b = compute_times(layer, name)
+            c[k] = (f + b) * MS
+            if not self.overlap:
+                c[k] += sum(transfer_time(self.p, layer, name)) * MS
+        for col in self.ef + self.eb:
+            c[col] = 1.0
+        return c
+
+    def memory_row(self) -> tuple[np.ndarray, float]:
+        row = np.zeros(self.n)
+        for k, (i, name) in enumerate(self.x):
+            row[k] = self.p.layers[i].options[name].internal_bytes / MIB
+        for s, col in self.z.items():
+            row[col] = self.p.shared_bytes[s] / MIB
+        fixed = self.p.rest_bytes + sum(self.p.shared_bytes[s] for s in self.p.rest_shared)
+        return row, fixed / MIB
+
+    def rows(self):
+        """(row, lower, upper) of every constraint but the memory budget."""
+        out = []
+        for layer in self.p.layers:
+            row = np.zeros(self.n)
+            for k, _ in self.cols_of(layer.index):
+                row[k] = 1.0
+            out.append((row, 1.0, 1.0))
+        for s, zc in self.z.items():
+            for layer in self.p.layers:
+                savers = [k for k, name in self.cols_of(layer.index)
+                          if s in layer.options[name].shared]
+                if savers:
+                    row = np.zeros(self.n)
+                    row[zc] = 1.0
+                    row[savers] = -1.0
+                    out.append((row, 0.0, np.inf))
+        if self.overlap:
+            out += self._overlap_rows()
+        return out
+
+    def _overlap_rows(self):
+        out, layers = [], self.p.layers
+        for i, layer in enumerate(layers):
+            for e_cols, which in ((self.ef, 0), (self.eb, 1)):
+                row = np.zeros(self.n)
+                row[e_cols[i]] = 1.0
+                for k, name in self.cols_of(i):
+                    row[k] = -transfer_time(self.p, layer, name)[which] * MS
+                if i + 1 < len(layers):
+                    for k, name in self.cols_of(i + 1):
+                        row[k] = compute_times(layers[i + 1], name)[which] * MS
+                out.append((row, 0.0, np.inf))
+        return out
+
+    def bounds(self):
+        from scipy.optimize import Bounds
+
+        ub = np.ones(self.n)
+        ub[len(self.x) + len(self.z):] = np.inf
+        return Bounds(np.zeros(self.n), ub)
+
+    def integrality(self) -> np.ndarray:
+        out = np.zeros(self.n)
+        out[:len(self.x)] = 1
+        return out
+
+    def assignment(self, values) -> list:
+        chosen = {}
+        for k, (i, name) in enumerate(self.x):
+            if values[k] > 0.5:
+                chosen[i] = name
+        return [chosen[layer.index] for layer in self.p.layers]
+
+
+_STATUS = {0: "optimal", 1: "time limit (feasible)", 2: "infeasible", 3: "unbounded",
+           4: "solver error"}
+
+
+def _solve(model, c, extra_rows, time_limit_s, mip_gap):
+    from scipy.optimize import LinearConstraint, milp
+
+    rows = model.rows() + extra_rows
+    a = np.vstack([r for r, _, _ in rows])
+    constraint = LinearConstraint(a, [lo for _, lo, _ in rows], [hi for _, _, hi in rows])
+    return milp(c, integrality=model.integrality(), bounds=model.bounds(),
+                constraints=constraint,
+                options={"time_limit": time_limit_s, "mip_rel_gap": mip_gap, "disp": False})
+
+
+def smallest_feasible_bytes(profile, time_limit_s: float = 10.0) -> int:
+    """The least saved-activation memory any assignment reaches (the MILP on memory)."""
+    model = _Model(profile)
+    row, fixed = model.memory_row()
+    res = _solve(model, row, [], time_limit_s, 0.0)
+    if res.x is None:
+        raise RuntimeError(f"memory minimisation failed: {res.message}")
+    from .costmodel import predict
+
+    return predict(profile, model.assignment(res.x)).saved_bytes
+
+
+def solve(profile, budget_bytes: int, time_limit_s: float = 10.0, mip_gap: float = 1e-3
+          ) -> Solution:
+    """The fastest predicted assignment whose saved-activation memory fits `budget_bytes`."""
+    from .costmodel import predict
+
+    model = _Model(profile)
+    row, fixed = model.memory_row()
+    c = model.time_objective() + row * 1e-6        # ties: prefer the smaller memory
+    t0 = time.perf_counter()
+    limit = budget_bytes
+    for _ in range(3):
+        # The solver's tolerances are in MiB; an answer over the exact budget by a few
+        # bytes is solved again with the budget lowered by the excess.
+        res = _solve(model, c, [(row, -np.inf, limit / MIB - fixed)], time_limit_s, mip_gap)
+        if res.x is None:
+            break
+        excess = predict(profile, model.assignment(res.x)).saved_bytes - budget_bytes
+        if excess <= 0:
+            break
+        limit -= excess + 1
+    elapsed = time.perf_counter() - t0
+    if res.x is None or excess > 0:
+        least = smallest_feasible_bytes(profile, time_limit_s)
+        if least > budget_bytes:
+            raise UserError(
+                f"memory budget {format_bytes(budget_bytes)} is infeasible: the smallest "
+                f"feasible budget for this model is {format_bytes(least)} "
+                f"({100 * least / max(1, profile.keep_saved_bytes):.1f}% of its "
+                "activation memory without checkpointing)")
+        raise UserError(f"no plan found within the {time_limit_s:g} s solver time limit "
+                        f"({res.message}); raise the time limit")
+    gap = getattr(res, "mip_gap", None)
+    return Solution(model.assignment(res.x), _STATUS.get(res.status, str(res.status)),
+                    str(res.message), (profile.rest_time_s + float(res.fun) / MS),
+                    None if gap is None else float(gap), elapsed)

@@ -1,0 +1,57 @@
+"""Selective (per-op) recomputation through a checkpoint policy.
+
+`selective_checkpoint(fn, *args)` runs `fn` under non-reentrant checkpointing with a policy
+from `torch.utils.checkpoint.create_selective_checkpoint_contexts`: outputs of
+compute-heavy ops (matmuls, convolutions, fused attention, and every autosched custom op)
+are saved; everything else (norms, activations, softmax, elementwise, copies) is
+recomputed in backward from those and from the layer's inputs.
+
+The outputs the policy saves live in the checkpoint's cache, not in autograd's saved-tensor
+slots, so the policy reports each of them to the active memory meters itself.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
+                                    create_selective_checkpoint_contexts)
+
+from .meter import report_saved
+from .trace import AUTOSCHED_NAMESPACE, COMPUTE_HEAVY, op_name
+
+
+def save_compute_heavy(ctx, func, *args, **kwargs):
+    """Policy: keep the outputs of expensive ops, recompute the cheap ones."""
+    ns, name = op_name(func)
+    if ns == AUTOSCHED_NAMESPACE or name in COMPUTE_HEAVY:
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _reporting(policy):
+    @functools.wraps(policy)
+    def wrapped(ctx, func, *args, **kwargs):
+        decision = policy(ctx, func, *args, **kwargs)
+        if decision in (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE):
+            out = getattr(ctx, "op_output", None)
+            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(t, torch.Tensor):
+                    report_saved(t)
+        return decision
+    return wrapped
+
+
+def _context_fn(policy):
+    return create_selective_checkpoint_contexts(_reporting(policy))
+
+
+def selective_checkpoint(fn, *args, policy=save_compute_heavy, **kwargs):
+    """`fn(*args, **kwargs)` with per-op selective recomputation under `policy`."""
+    return checkpoint(fn, *args, use_reentrant=False,
+                      context_fn=functools.partial(_context_fn, policy), **kwargs)
+
+
+def full_checkpoint(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` recomputed entirely in backward (non-reentrant)."""
+    return checkpoint(fn, *args, use_reentrant=False, **kwargs)

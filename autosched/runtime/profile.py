@@ -1,0 +1,283 @@
+"""Profile a model for planning: per layer and per action, time and saved bytes.
+
+One captured training step records every layer's inputs (layers.py). Then each layer is
+run on its own, with those real inputs, under each action that applies to it: forward and
+backward times are the median of `repeats` runs after a warm-up, and the bytes it saves for
+backward come from the meter (meter.py). The rest of the model (everything outside the
+layers) is measured once: its time is the whole no-checkpoint step minus the layers' keep
+times, its bytes are what the whole step saves outside the layers.
+
+Storages that cross a layer boundary (a layer's inputs and outputs) are "shared": whoever
+saves one, it is counted once. The profile therefore keeps, per action, the layer's own
+("internal") bytes and the set of shared storages it saves; the cost model adds a shared
+storage once if any of its savers keeps it on the device.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .actions import ACTIONS, PlannedLayer
+from .bandwidth import Bandwidth, host_device_bandwidth
+from .layers import CallCapture, find_container, find_layers, tensors_in
+from .memeff import swappable
+from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
+from .step import clock_fn, compute_loss, measure_step
+from .trace import COMPUTE_HEAVY, attention_cores, trace_ops
+
+
+@dataclass(frozen=True)
+class ActionCost:
+    fwd_s: float
+    bwd_s: float
+    internal_bytes: int            # device bytes of storages the layer itself created
+    shared: frozenset              # ids of shared storages it saves on the device
+    host_bytes: int = 0            # bytes it moves to host memory (offload), each way
+
+    @property
+    def time_s(self) -> float:
+        return self.fwd_s + self.bwd_s
+
+
+@dataclass
+class LayerProfile:
+    name: str
+    index: int
+    options: dict                  # action name -> ActionCost
+    custom_ops: list = field(default_factory=list)
+    attention_cores: list = field(default_factory=list)
+    memeff_modules: list = field(default_factory=list)
+
+
+@dataclass
+class ModelProfile:
+    layers: list
+    shared_bytes: dict             # shared storage id -> bytes
+    rest_bytes: int                # saved outside the layers, not shared
+    rest_shared: frozenset         # shared storages the rest saves
+    rest_time_s: float
+    keep_step_time_s: float        # measured step without any action
+    keep_saved_bytes: int          # measured activation bytes without any action
+    bandwidth: Bandwidth
+    device: str
+    container: str                 # qualified name of the module whose children are layers
+    layer_rule: str
+
+
+def _detached(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().requires_grad_(obj.requires_grad)
+    if isinstance(obj, tuple):
+        return tuple(_detached(x) for x in obj)
+    if isinstance(obj, list):
+        return [_detached(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _detached(v) for k, v in obj.items()}
+    return obj
+
+
+def _grad_targets(out):
+    outs = [t for t in tensors_in(out) if t.requires_grad]
+    return outs, [torch.ones_like(t) for t in outs]
+
+
+def _run_once(body, call, meter=None, now=time.perf_counter):
+    args, kwargs = _detached(call.args), _detached(call.kwargs)
+    t0 = now()
+    if meter is not None:
+        with meter:
+            out = body(*args, **kwargs)
+    else:
+        out = body(*args, **kwargs)
+    if isinstance(out, torch.Tensor) and out.is_cuda:
+        torch.cuda.synchronize()
+    t1 = now()
+    outs, grads = _grad_targets(out)
+    if outs:
+        torch.autograd.backward(outs, grads)
+    if outs and outs[0].is_cuda:
+        torch.cuda.synchronize()
+    return t1 - t0, now() - t1, out
+
+
+def _saved_by(body, call, exclude, shared_ids, out_ids) -> tuple[int, frozenset, int]:
+    """(own device bytes, shared storages saved on the device, host bytes) of one forward."""
+    meter = SavedTensorMeter(exclude)
+    _, _, out = _run_once(body, call, meter)
+    own_out = {storage_key(t): out_ids[i] for i, t in enumerate(tensors_in(out))
+               if i < len(out_ids)}
+    internal, shared = 0, set()
+    for key, entry in meter.storages.items():
+        if entry.where != "device":
+            continue
+        if key in shared_ids:
+            shared.add(shared_ids[key])
+        elif key in own_out:
+            shared.add(own_out[key])
+        else:
+            internal += entry.nbytes
+    meter.release()
+    return internal, frozenset(shared), meter.host_bytes
+
+
+def _time_samples(body, call, repeats, now) -> tuple[list, list]:
+    _run_once(body, call, now=now)                          # warm-up
+    fwd, bwd = [], []
+    for _ in range(repeats):
+        f, b, _ = _run_once(body, call, now=now)
+        fwd.append(f)
+        bwd.append(b)
+    return fwd, bwd
+
+
+def signature(module, call) -> str:
+    """Layers with equal signatures (structure, parameter and input shapes) time alike."""
+    parts = [(n, type(m).__qualname__, [(k, tuple(p.shape), str(p.dtype))
+                                        for k, p in m.named_parameters(recurse=False)])
+             for n, m in module.named_modules()]
+    parts.append([(tuple(t.shape), str(t.dtype), t.requires_grad)
+                  for t in tensors_in((call.args, call.kwargs))])
+    parts.append(sorted(call.kwargs))
+    return repr(parts)
+
+
+def applicable_actions(module, trace, allow_offload: bool) -> list[str]:
+    """The actions that mean something for this layer (keep and recompute always do)."""
+    has_ln = bool(swappable(module, ("layer_norm",)))
+    has_gelu = bool(swappable(module, ("gelu",)))
+    has_core = bool(attention_cores(module, trace))
+    names = ["keep", "recompute"]
+    if has_ln:
+        names.append("memeff_ln")
+    if has_gelu:
+        names.append("memeff")
+    if has_core:
+        names.append("recompute_attention")
+        if has_ln:
+            names.append("recompute_attention+memeff_ln")
+    if trace.names() & COMPUTE_HEAVY:
+        names.append("selective")
+    if allow_offload:
+        names.append("offload")
+        if has_ln:
+            names.append("offload+memeff_ln")
+    return names
+
+
+def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
+                  actions: list[str] | None = None, allow_offload: bool = False,
+                  repeats: int = 5, bandwidth: Bandwidth | None = None,
+                  bandwidth_path=None, clock: str = "wall") -> ModelProfile:
+    """Measure everything the planner needs (see the module docstring).
+
+    clock: "wall" or "cpu" (see step.clock_fn); predictions are in the same clock.
+    """
+    clock_fn(clock)
+    found = find_layers(model, layers)
+    container, _ = find_container(model, layers)
+    saved_grads = {p: p.grad for p in model.parameters()}
+    try:
+        return _profile(model, inputs, loss_fn, found, container, layers is not None, actions,
+                        allow_offload, repeats, bandwidth, bandwidth_path, clock)
+    finally:
+        for p, g in saved_grads.items():
+            p.grad = g
+
+
+def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_offload,
+             repeats, bandwidth, bandwidth_path, clock) -> ModelProfile:
+    exclude = model_state(model)
+    meter = SavedTensorMeter(exclude)
+    capture = CallCapture(found, on_enter=lambda n: setattr(meter, "context", n),
+                          on_exit=lambda n: setattr(meter, "context", OUTSIDE))
+    with capture, meter:
+        loss = compute_loss(model, inputs, loss_fn)
+    loss.backward()
+    del loss
+    calls = capture.single_calls()
+    shared_ids, shared_bytes, out_ids = {}, {}, {}
+    for layer in found:
+        call = calls[layer.name]
+        for t in tensors_in((call.args, call.kwargs)):
+            _share(t, shared_ids, shared_bytes)
+        out_ids[layer.name] = [_share(t, shared_ids, shared_bytes)
+                               for t in tensors_in(call.output)]
+    rest_bytes, rest_shared = 0, set()
+    for key, entry in meter.storages.items():
+        if OUTSIDE in entry.contexts:
+            if key in shared_ids:
+                rest_shared.add(shared_ids[key])
+            elif entry.contexts == {OUTSIDE}:
+                rest_bytes += entry.nbytes
+    keep_bytes = meter.device_bytes
+    meter.release()
+    device = next((t.device for t in exclude), torch.device("cpu"))
+    step = measure_step(model, inputs, loss_fn, repeats=repeats, clock=clock)
+    profiles = _profile_layers(found, calls, exclude, shared_ids, out_ids, actions,
+                               allow_offload, repeats, clock_fn(clock))
+    step2 = measure_step(model, inputs, loss_fn, repeats=repeats, clock=clock)
+    keep_time = statistics.median(step.times_s + step2.times_s)
+    rest_time = keep_time - sum(p.options["keep"].time_s for p in profiles)
+    bw = bandwidth or host_device_bandwidth(device, bandwidth_path, clock=clock)
+    return ModelProfile(profiles, shared_bytes, rest_bytes, frozenset(rest_shared), rest_time,
+                        keep_time, keep_bytes, bw, str(device), container,
+                        "given" if explicit else "largest ModuleList/Sequential")
+
+
+def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_offload,
+                    repeats, now) -> list[LayerProfile]:
+    """Bytes per layer and action; times pooled over layers with the same signature (each
+    runs `repeats` times, the median is over all their runs), so identical blocks get the
+    same, steadier, numbers."""
+    info, groups = {}, {}
+    for layer in found:
+        call = calls[layer.name]
+        trace = trace_ops(layer.module, call.args, call.kwargs)
+        names = [n for n in applicable_actions(layer.module, trace, allow_offload)
+                 if actions is None or n in actions]
+        info[layer.name] = (trace, names, attention_cores(layer.module, trace))
+        groups.setdefault(signature(layer.module, call), []).append(layer)
+    saved, times = {}, {}
+    for members in groups.values():
+        for name in info[members[0].name][1]:
+            fwd, bwd = [], []
+            for layer in members:
+                body = PlannedLayer(layer.module, ACTIONS[name], layer.index, None,
+                                    info[layer.name][2])
+                call = calls[layer.name]
+                saved[layer.name, name] = _saved_by(body, call, exclude, shared_ids,
+                                                    out_ids[layer.name])
+                f, b = _time_samples(body, call, repeats, now)
+                fwd += f
+                bwd += b
+            for layer in members:
+                times[layer.name, name] = (statistics.median(fwd), statistics.median(bwd))
+    profiles = []
+    for layer in found:
+        trace, names, cores = info[layer.name]
+        options = {n: ActionCost(*times[layer.name, n], *saved[layer.name, n]) for n in names}
+        profiles.append(LayerProfile(layer.name, layer.index, options, trace.custom_ops(),
+                                     cores, swappable(layer.module)))
+    return profiles
+
+
+def _share(t, ids: dict, sizes: dict) -> int:
+    key = storage_key(t)
+    if key not in ids:
+        ids[key] = len(ids)
+        sizes[ids[key]] = key[3] if key else 0
+    return ids[key]
+
+
+def restrict(profile: ModelProfile, allowed) -> ModelProfile:
+    """The same profile offering only the `allowed` actions (keep is always kept)."""
+    import dataclasses
+
+    allowed = set(allowed) | {"keep"}
+    layers = [dataclasses.replace(layer, options={n: c for n, c in layer.options.items()
+                                                  if n in allowed})
+              for layer in profile.layers]
+    return dataclasses.replace(profile, layers=layers)

@@ -1,0 +1,88 @@
+"""One training step (forward, loss, backward) and its measurement.
+
+A step here is forward + backward; the optimizer update is the same under every plan and
+is left out. The loss is `loss_fn(model(*inputs))`, or without a `loss_fn` the output
+itself when it is a scalar, else the sum of the output (its gradient is all ones).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def clock_fn(clock: str):
+    """'wall' (elapsed time) or 'cpu' (this process's CPU time: on a shared machine it leaves
+    out the time other processes hold the cores; equal to wall time for a single-threaded
+    CPU step on an idle machine, meaningless for GPU work)."""
+    try:
+        return CLOCKS[clock]
+    except KeyError:
+        from ..errors import UserError
+        raise UserError(f"clock must be one of {sorted(CLOCKS)}, got {clock!r}") from None
+
+
+def compute_loss(model, inputs, loss_fn=None) -> torch.Tensor:
+    out = model(*inputs)
+    if loss_fn is not None:
+        out = loss_fn(out)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"the loss must be a tensor, got {type(out).__name__}; "
+                        "give a loss_fn that reduces the model output to one")
+    return out if out.dim() == 0 else out.sum()
+
+
+def training_step(model, inputs, loss_fn=None) -> torch.Tensor:
+    """Forward, loss, backward; gradients accumulate into the parameters' .grad."""
+    loss = compute_loss(model, inputs, loss_fn)
+    loss.backward()
+    return loss.detach()
+
+
+def zero_grads(model) -> None:
+    for p in model.parameters():
+        p.grad = None
+
+
+@dataclass(frozen=True)
+class StepMeasurement:
+    saved_bytes: int          # activation bytes on the device at the end of forward
+    host_bytes: int           # activation bytes offloaded to host memory
+    step_time_s: float        # median wall time of forward + backward
+    times_s: tuple
+
+
+def measure_step(model, inputs, loss_fn=None, repeats: int = 5, warmup: int = 1,
+                 clock: str = "wall") -> StepMeasurement:
+    """Saved-activation bytes (one metered step) and the median time of `repeats` steps."""
+    now = clock_fn(clock)
+    from .meter import SavedTensorMeter, model_state
+
+    with SavedTensorMeter(model_state(model)) as meter:
+        loss = compute_loss(model, inputs, loss_fn)
+    loss.backward()
+    del loss
+    meter.release()
+    for _ in range(warmup):
+        training_step(model, inputs, loss_fn)
+    times = []
+    for _ in range(repeats):
+        zero_grads(model)
+        t0 = now()
+        training_step(model, inputs, loss_fn)
+        _sync(inputs)
+        times.append(now() - t0)
+    zero_grads(model)
+    return StepMeasurement(meter.device_bytes, meter.host_bytes, statistics.median(times),
+                           tuple(times))
+
+
+def _sync(inputs) -> None:
+    if torch.cuda.is_available() and any(isinstance(x, torch.Tensor) and x.is_cuda
+                                         for x in inputs):
+        torch.cuda.synchronize()

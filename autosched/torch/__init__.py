@@ -1,0 +1,16 @@
+"""Tuned kernel libraries as PyTorch custom ops.
+
+    import autosched.torch
+    lib = autosched.torch.load_library("mlp_kernels")
+    y = torch.ops.autosched.linear(x, w, b)
+
+Each workload of the library becomes `torch.ops.autosched.<workload>`: it dispatches over
+the library's shape variants, has a fake implementation for torch.compile, and, when the op
+file paired it with backward workloads, an autograd formula that runs those kernels.
+See docs/torch.md.
+"""
+from .errors import KernelArgumentError, KernelDtypeError, LibraryError, MissingBackwardError
+from .library import KernelLibrary, load_library
+
+__all__ = ["load_library", "KernelLibrary", "LibraryError", "KernelArgumentError",
+           "KernelDtypeError", "MissingBackwardError"]

@@ -1,0 +1,156 @@
+"""Does a kernel library fit this process and machine? Checked before anything is loaded.
+
+A library built for instructions this CPU lacks would die with SIGILL on the first call,
+and one built against another TVM runtime may crash while loading; both are turned into a
+LibraryError here. Differences that only cost speed (another CPU model of the same
+instruction set, another GPU of a newer architecture) are logged as a warning.
+"""
+from __future__ import annotations
+
+import logging
+import platform
+from importlib import metadata
+
+from .errors import LibraryError
+from .manifest import Manifest
+
+log = logging.getLogger("autosched.torch")
+
+_V2 = {"sse4_2", "ssse3", "popcnt", "cx16"}
+_V3 = _V2 | {"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe"}
+_V4 = _V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+_ICL = _V4 | {"avx512vbmi", "avx512_vnni"}
+# The CPU flags (as /proc/cpuinfo names them) that code generated for an LLVM -mcpu may use.
+MCPU_FLAGS = {
+    "generic": set(), "x86-64": set(), "x86-64-v2": _V2, "nehalem": _V2, "westmere": _V2,
+    "sandybridge": _V2 | {"avx"}, "ivybridge": _V2 | {"avx", "f16c"},
+    "x86-64-v3": _V3, "haswell": _V3, "broadwell": _V3, "skylake": _V3, "alderlake": _V3,
+    "raptorlake": _V3, "meteorlake": _V3, "znver1": _V3, "znver2": _V3, "znver3": _V3,
+    "x86-64-v4": _V4, "skylake-avx512": _V4, "cascadelake": _V4 | {"avx512_vnni"},
+    "cooperlake": _V4 | {"avx512_vnni", "avx512_bf16"},
+    "icelake-client": _ICL, "icelake-server": _ICL, "tigerlake": _ICL, "rocketlake": _ICL,
+    "sapphirerapids": _ICL | {"avx512_bf16", "avx512_fp16", "amx_tile"},
+    "emeraldrapids": _ICL | {"avx512_bf16", "avx512_fp16", "amx_tile"},
+    "graniterapids": _ICL | {"avx512_bf16", "avx512_fp16", "amx_tile"},
+    "znver4": _ICL | {"avx512_bf16"}, "znver5": _ICL | {"avx512_bf16"},
+}
+
+
+def _major_minor(version: str) -> tuple:
+    return tuple(version.split(".")[:2])
+
+
+def _installed(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_versions(manifest: Manifest) -> None:
+    """The TVM runtime here must be the release the library was built with (major.minor)."""
+    built = manifest.versions
+    checks = [("tvm_ffi", "apache-tvm-ffi")]
+    if manifest.device_type == "cuda" or _installed("apache-tvm"):
+        checks.append(("tvm", "apache-tvm"))
+    for key, dist in checks:
+        want = built.get(key)
+        have = _installed(dist)
+        if want is None:
+            continue
+        if have is None:
+            raise LibraryError(f"{manifest.directory}: built with {dist} {want}, "
+                               f"which is not installed here")
+        if _major_minor(str(want)) != _major_minor(have):
+            raise LibraryError(f"{manifest.directory}: built with {dist} {want}, this process "
+                               f"has {have}; re-export the library with this version")
+
+
+def cpu_flags() -> set[str]:
+    """The instruction-set flags of this CPU (Linux /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _cpu_model() -> str:
+    from ..target import _cpu_model as model
+
+    return model()
+
+
+def _required_flags(target: dict) -> set[str] | None:
+    """Flags the target's code may use, or None when the -mcpu is not in our table."""
+    mcpu = str(target.get("mcpu", "generic"))
+    flags = MCPU_FLAGS.get(mcpu)
+    if flags is None:
+        return None
+    attrs = target.get("mattr") or []
+    extra = {a[1:].replace(".", "_").lower() for a in attrs if str(a).startswith("+")}
+    return set(flags) | {f for f in extra if f.startswith(("avx", "sse", "amx", "fma", "bmi"))}
+
+
+def check_cpu(manifest: Manifest, check_hardware: bool = True) -> None:
+    """The CPU must run every instruction the library may use."""
+    built = manifest.hardware
+    machine = built.get("machine")
+    if machine and machine != platform.machine():
+        raise LibraryError(f"{manifest.directory}: built for {machine} CPUs, "
+                           f"this machine is {platform.machine()}")
+    if not check_hardware:
+        return
+    mcpu = manifest.target.get("mcpu", "generic")
+    same_model = built.get("model") == _cpu_model()
+    required = _required_flags(manifest.target)
+    if required is None:
+        if not same_model:
+            raise LibraryError(
+                f"{manifest.directory}: built for mcpu={mcpu} on {built.get('model')!r}; "
+                f"cannot tell whether this CPU ({_cpu_model()!r}) runs that code. "
+                "Pass check_hardware=False to load it anyway")
+        return
+    have = cpu_flags()
+    missing = sorted(required - have) if have else []
+    if missing:
+        raise LibraryError(f"{manifest.directory}: built for mcpu={mcpu}, which needs "
+                           f"{', '.join(missing)}; this CPU ({_cpu_model()}) lacks them")
+    if not same_model:
+        log.warning("%s was tuned on %r, running on %r: results are correct, speed may "
+                    "differ", manifest.directory, built.get("model"), _cpu_model())
+
+
+def check_gpu(manifest: Manifest, check_hardware: bool = True) -> None:
+    """A CUDA library needs a CUDA build of torch, a GPU, and an architecture at least the
+    library's."""
+    import torch
+
+    arch = str(manifest.target.get("arch", ""))
+    if not torch.cuda.is_available():
+        build = "a CPU-only build of torch" if torch.version.cuda is None else "no visible GPU"
+        raise LibraryError(f"{manifest.directory}: a CUDA library ({arch or 'cuda'}) but this "
+                           f"process has {build}")
+    major, minor = torch.cuda.get_device_capability()
+    here = f"sm_{major}{minor}"
+    if check_hardware and arch.startswith("sm_") and int(arch[3:]) > major * 10 + minor:
+        raise LibraryError(f"{manifest.directory}: built for {arch}; this GPU "
+                           f"({torch.cuda.get_device_name()}) is {here}")
+    if arch and arch != here:
+        log.warning("%s was built for %s, running on %s", manifest.directory, arch, here)
+
+
+def check_library(manifest: Manifest, check_hardware: bool = True) -> None:
+    """All load-time checks: versions, target kind, and the machine."""
+    kind = manifest.target.get("kind")
+    if kind not in ("llvm", "cuda"):
+        raise LibraryError(f"{manifest.directory}: target kind {kind!r} is not supported; "
+                           "autosched libraries are built for llvm (CPU) or cuda")
+    check_versions(manifest)
+    if kind == "llvm":
+        check_cpu(manifest, check_hardware)
+    else:
+        check_gpu(manifest, check_hardware)

@@ -1,0 +1,123 @@
+"""Loading kernels.so into the process.
+
+A CPU library is a plain shared object whose functions follow the TVM FFI calling
+convention; `tvm_ffi` loads it without the TVM compiler. Kernels that use a thread pool or
+workspace memory call TVM's runtime through function pointers in the library
+(`__TVMBackendParallelLaunch`, `__TVMBackendAllocWorkspace`), which the loader fills from
+what libtvm_runtime.so registered. So libtvm_runtime.so is loaded first (with ctypes, from
+the installed `tvm` package, without importing it), and after loading we check that no
+such pointer was left empty: calling through one would crash the process.
+
+A CUDA library carries its kernels as CUDA source, compiled for the local GPU when the
+module loads; that also needs libtvm_runtime_cuda and a CUDA compiler callback
+(see docs/torch.md).
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from pathlib import Path
+
+from .errors import LibraryError
+from .manifest import Manifest
+
+_CUDA_LOADER = "ffi.Module.load_from_bytes.cuda"
+_CUDA_COMPILE = "tvm_callback_cuda_compile"
+
+
+def _tvm_lib_dir() -> Path | None:
+    """tvm/lib of the installed TVM package, found without importing it."""
+    spec = importlib.util.find_spec("tvm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / "lib"
+
+
+# Runtime entry points that kernels call through pointers the loader fills.
+_CONTEXT_SYMBOLS = ("__TVMBackendAllocWorkspace", "__TVMBackendFreeWorkspace",
+                    "__TVMBackendParallelLaunch", "__TVMBackendParallelBarrier")
+_runtime_loaded = False
+
+
+def _load_tvm_runtime() -> None:
+    """Load libtvm_runtime.so once, if installed; it registers the runtime entry points."""
+    global _runtime_loaded
+    if _runtime_loaded:
+        return
+    lib_dir = _tvm_lib_dir()
+    if lib_dir is not None and (lib_dir / "libtvm_runtime.so").exists():
+        from tvm_ffi.libinfo import load_lib_ctypes
+
+        try:
+            load_lib_ctypes("tvm", "tvm_runtime", "RTLD_GLOBAL", extra_lib_paths=[lib_dir])
+            _runtime_loaded = True
+        except (OSError, RuntimeError):
+            pass  # reported by _check_context_symbols if a kernel needs it
+
+
+def _check_context_symbols(path: Path) -> None:
+    """Refuse a library whose runtime entry points were left empty."""
+    lib = ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)  # the loaded copy
+    empty = []
+    for name in _CONTEXT_SYMBOLS:
+        try:
+            pointer = ctypes.c_void_p.in_dll(lib, name)
+        except ValueError:  # this library does not use it
+            continue
+        if not pointer.value:
+            empty.append(name.removeprefix("__"))
+    if empty:
+        raise LibraryError(f"{path}: its kernels call TVM's runtime ({', '.join(empty)}), but "
+                           "libtvm_runtime.so is not loaded; install apache-tvm (or its "
+                           "runtime-only package) where the library is loaded")
+
+
+def _load_cuda_runtime() -> None:
+    """Register TVM's CUDA module loader and a CUDA compiler callback, or explain why not."""
+    import tvm_ffi
+
+    if tvm_ffi.get_global_func(_CUDA_LOADER, allow_missing=True) is None:
+        lib_dir = _tvm_lib_dir()
+        if lib_dir is None or not (lib_dir / "libtvm_runtime_cuda.so").exists():
+            raise LibraryError("loading a CUDA kernel library needs TVM's runtime libraries "
+                               "(libtvm_runtime.so, libtvm_runtime_cuda.so); install "
+                               "apache-tvm (or its runtime-only package)")
+        from tvm_ffi.libinfo import load_lib_ctypes
+
+        try:
+            load_lib_ctypes("tvm", "tvm_runtime", "RTLD_GLOBAL", extra_lib_paths=[lib_dir])
+            load_lib_ctypes("tvm", "tvm_runtime_cuda", "RTLD_LOCAL", extra_lib_paths=[lib_dir])
+        except (OSError, RuntimeError) as e:  # typically libcuda.so.1 or libcudart.so.13
+            raise LibraryError(f"TVM's CUDA runtime does not load here: {e} (it needs "
+                               "libcuda.so.1 from the driver and libcudart.so.13)") from None
+    if tvm_ffi.get_global_func(_CUDA_COMPILE, allow_missing=True) is None:
+        try:  # TVM's callback compiles the kernels' source with NVRTC or nvcc
+            import tvm.support.nvcc  # noqa: F401
+        except ImportError as e:
+            raise LibraryError(f"CUDA kernels are compiled when the library loads, which "
+                               f"needs tvm.support.nvcc: {e}") from None
+
+
+def load_kernels(manifest: Manifest):
+    """Load the library's shared object and check that every kernel symbol is in it."""
+    import tvm_ffi
+
+    path = manifest.library_path
+    if not path.is_file():
+        raise LibraryError(f"{manifest.directory}: {manifest.library} is missing")
+    _load_tvm_runtime()
+    if manifest.device_type == "cuda":
+        _load_cuda_runtime()
+    try:
+        module = tvm_ffi.load_module(str(path))
+    except Exception as e:  # a broken file, another architecture, a missing loader
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise LibraryError(f"{path}: cannot be loaded: {first}") from None
+    _check_context_symbols(path)
+    missing = [k.symbol for k in manifest.kernels
+               if not module.implements_function(k.symbol, query_imports=True)]
+    if missing:
+        raise LibraryError(f"{path}: kernels listed in the manifest are missing from the "
+                           f"library: {', '.join(missing)}")
+    return module

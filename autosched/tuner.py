@@ -1,0 +1,233 @@
+"""The tuning loop: propose -> measure (build, run, check) -> record -> learn.
+
+Side effects hang off the loop as callbacks (database writes happen here because
+they are the product; progress bars and logs are callbacks).
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+from search_space import SPACE_VERSION, Candidate, generate_space
+
+from .config import TuneConfig
+from .errors import BudgetExhausted, UserError
+from .measure import MeasureInput, MeasureResult
+from .versions import current_versions
+
+
+@dataclass
+class TaskState:
+    """What the loop knows about one task during a run."""
+
+    task: object
+    space: object
+    strategy: object
+    measured: set[str]
+    best_latency: float = math.inf
+    best_record: object = None
+    trials: int = 0                       # new measurements in this run
+    failures: Counter = field(default_factory=Counter)
+    history: list[float] = field(default_factory=list)  # best latency after each batch
+    exhausted: bool = False
+
+    @property
+    def best_gflops(self) -> float:
+        return self.task.flops / self.best_latency / 1e9 if math.isfinite(self.best_latency) else 0.0
+
+
+@dataclass
+class TuneResult:
+    tasks: list[TaskState]
+    db_url: str
+    target: object
+    stopped: str | None = None  # why the run ended before its budget (no RPC server left)
+
+    @property
+    def trials(self) -> int:
+        return sum(s.trials for s in self.tasks)
+
+
+class Callback:
+    """Hooks for progress display and logging; override what you need."""
+
+    def on_start(self, states: list[TaskState], budget: int) -> None: ...
+    def on_result(self, state: TaskState, candidate: Candidate, result: MeasureResult) -> None: ...
+    def on_batch(self, states: list[TaskState], done: int, budget: int) -> None: ...
+    def on_end(self, result: TuneResult) -> None: ...
+
+
+def no_local_gpu_message() -> str:
+    return ("--target cuda: no local GPU found; use --dry-run to generate, verify and compile "
+            "candidates without running them, or --runner rpc://HOST:PORT/KEY to measure on a "
+            "GPU server")
+
+
+def tune(op_file: str, workloads: list[str] | None = None, args: list[str] | None = None,
+         config: TuneConfig = TuneConfig(), callbacks: list[Callback] = ()) -> TuneResult:
+    """Tune the selected workloads of an op file; returns per-task best records."""
+    from .workload import load_tasks
+
+    return tune_tasks(load_tasks(op_file, workloads, args), config, callbacks)
+
+
+def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = ()) -> TuneResult:
+    from .target import resolve_target
+
+    target = resolve_target(config.target)
+    from .db import open_database
+    from .search import make_strategy
+
+    if target.kind == "cuda" and not target.has_local_device and config.runner == "local":
+        raise UserError(no_local_gpu_message())
+    strategy_options = _strategy_options(config)
+    make_strategy(config.strategy, **strategy_options)  # fail on a bad name before any work
+    db = open_database(config.database_url)
+    try:
+        versions = current_versions(SPACE_VERSION)
+        known_tasks = db.tasks()
+        states = []
+        for task in tasks:
+            db.register_task(task.to_json())
+            st = TaskState(task, generate_space(task, target),
+                           make_strategy(config.strategy, **strategy_options),
+                           db.measured_keys(task.key, target.key, target.hardware_key, versions))
+            st.best_record = db.best(task.key, target.key, target.hardware_key, versions)
+            if st.best_record is not None:
+                st.best_latency = st.best_record.latency
+            _seed_strategy(st, db, target, versions, known_tasks)
+            states.append(st)
+        result = TuneResult(states, getattr(db, "url", config.database_url), target)
+        for cb in callbacks:
+            cb.on_start(states, config.trials)
+        from .measure.factory import make_measurer
+        from .task_scheduler import TaskScheduler
+
+        with make_measurer(config.measure, config.runner, config.work_dir) as measurer:
+            try:
+                _loop(states, config, target, versions, db, measurer,
+                      TaskScheduler(len(states)), callbacks)
+            except BudgetExhausted as e:  # committed batches stay; a rerun resumes
+                result.stopped = str(e)
+        for cb in callbacks:
+            cb.on_end(result)
+        return result
+    finally:
+        db.close()
+
+
+def _strategy_options(config: TuneConfig) -> dict:
+    """Options for every task's strategy. Learned strategies share one cost model, so
+    what one task teaches it (the ranker groups by task) helps the others."""
+    if config.strategy != "evolutionary":
+        return {}
+    from cost_model import make_cost_model
+
+    return {"seed": config.seed,
+            "cost_model": make_cost_model("xgb", config.model_path, seed=config.seed)}
+
+
+_SIMILAR_PER_TASK = 4
+
+
+def _seed_strategy(state: TaskState, db, target, versions, known_tasks: list[dict]) -> None:
+    """Warm-start a strategy with the best records of this task and of other shapes of
+    the same workload on this target and machine (adapted to this task's space)."""
+    seed = getattr(state.strategy, "seed_candidates", None)
+    if seed is None:
+        return
+    task = state.task
+    best = db.top_k(task.key, target.key, target.hardware_key, versions, 16)
+    for other in known_tasks:
+        if other.get("workload") == task.workload and other.get("key") != task.key:
+            best += db.top_k(other["key"], target.key, target.hardware_key, versions,
+                             _SIMILAR_PER_TASK)
+    seed([Candidate.from_json(r.candidate) for r in best])
+
+
+def _loop(states, config, target, versions, db, measurer, scheduler, callbacks) -> None:
+    rng = random.Random(config.seed)
+    done = 0
+    while done < config.trials:
+        live = [i for i, s in enumerate(states) if not s.exhausted]
+        if not live:
+            break
+        i = scheduler.next_task([s.history for s in states], live)
+        st = states[i]
+        n = _batch_size(states, live, config.batch_size, config.trials - done)
+        proposals = _proposals(st, n, rng)
+        if not proposals:
+            st.exhausted = True
+            continue
+        results = []
+        # Commit as results arrive, a build-parallel chunk at a time: a kill loses at most
+        # the chunk in flight, never a completed measurement. A runner that measures
+        # several candidates at once (RPC sessions) gets chunks it can fill.
+        step = max(1, config.measure.build_workers,
+                   getattr(getattr(measurer, "runner", None), "concurrency", 1))
+        for start in range(0, len(proposals), step):
+            chunk = proposals[start:start + step]
+            chunk_results = _measure(st, chunk, target, measurer)
+            _record(st, chunk, chunk_results, target, versions, config, db, callbacks)
+            results += chunk_results
+        st.strategy.update(st.space, [c for c, _ in proposals], [m for _, m in proposals], results)
+        st.history.append(st.best_latency)
+        done += len(proposals)
+        for cb in callbacks:
+            cb.on_batch(states, done, config.trials)
+
+
+def _batch_size(states, live, batch_size: int, remaining: int) -> int:
+    """A full batch, except that tasks not yet tried keep a share of what remains: every
+    task gets at least its first candidates (the default, the floor) within the budget."""
+    untried = sum(1 for i in live if not states[i].history)
+    return max(1, min(batch_size, remaining // max(1, untried)))
+
+
+def _proposals(st: TaskState, n: int, rng: random.Random):
+    """The default candidate first (the floor), then the strategy's picks."""
+    out = []
+    default = st.space.default_candidate()
+    if default is not None and default.key not in st.measured:
+        out.append((default, st.space.apply(default)))
+    if n > len(out):
+        exclude = st.measured | {c.key for c, _ in out}
+        out += st.strategy.propose(st.space, n - len(out), exclude, rng)
+    return out[:n]
+
+
+def _measure(st: TaskState, proposals, target, measurer) -> list[MeasureResult]:
+    """Limit-check every candidate; measure the ones that fit."""
+    results: list[MeasureResult | None] = []
+    inputs = []
+    for cand, mod in proposals:
+        reason = st.space.check(mod)
+        if reason:
+            results.append(MeasureResult.failure("invalid", reason))
+        else:
+            results.append(None)
+            inputs.append(MeasureInput(st.task, target, cand, mod))
+    measured = iter(measurer.measure(inputs) if inputs else [])
+    return [r if r is not None else next(measured) for r in results]
+
+
+def _record(st, proposals, results, target, versions, config, db, callbacks):
+    from .db import make_record
+
+    records = [make_record(st.task, target, cand, res, versions, config.measure.to_json())
+               for (cand, _), res in zip(proposals, results)]
+    ids = db.add_records(records)  # one transaction
+    for (cand, _), res, rec, rid in zip(proposals, results, records, ids):
+        st.measured.add(cand.key)
+        st.trials += 1
+        if res.ok:
+            if res.median < st.best_latency:
+                st.best_latency = res.median
+                st.best_record = rec.with_id(rid) if rid is not None else rec
+        else:
+            st.failures[res.error_kind] += 1
+        for cb in callbacks:
+            cb.on_result(st, cand, res)
+    return records

@@ -1,0 +1,214 @@
+"""How well the cost model ranks real kernels of tasks it has not seen, cold vs transferred.
+
+    python bench/cost_model_accuracy.py [--space cpu|test-tiling] [--per-task 48] [--local 16]
+
+1. Measure `--per-task` random candidates of each task on this machine with the
+   product's measurer (isolated builds, output checks, time_evaluator); results are
+   cached as JSON lines in `--cache`, so a rerun only evaluates.
+2. For each task in turn (held out): the candidates are split into `--local` "already
+   measured" ones and a test set. Models:
+   - cold:             trained on the local candidates of the held-out task only;
+   - transfer:         trained on the other tasks only (zero-shot);
+   - transfer+local:   the transferred model, then updated with the local candidates;
+   each with our features and with MetaSchedule's per-store group appended (+psf).
+   Scores on the test set: pairwise accuracy (share of pairs ordered like the measured
+   latencies, failures slowest) and top-5 ratio (true best latency of the test set /
+   best latency among the model's top 5: 1.0 means the top 5 hold the best kernel).
+3. Prints one table and writes `--out` (JSON).
+
+`--space test-tiling` uses the matmul tiling sketch of the test suite
+(tests/search/synthetic.py); `cpu` uses the product's CPU rules.
+Feature extraction time per candidate is reported as CPU time (process_time), so other
+load on the machine does not inflate it.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from autosched.measure import MeasureInput, MeasureResult, MeasureSettings  # noqa: E402
+from autosched.target import resolve_target  # noqa: E402
+from autosched.workload import load_op_file, make_task  # noqa: E402
+from cost_model.features import FeatureConfig, extract  # noqa: E402
+from cost_model.xgb_ranker import XGBRanker  # noqa: E402
+from search_space import Candidate, SearchSpace, generate_space  # noqa: E402
+
+SHAPES = [(128, 128, 128), (256, 128, 64), (64, 256, 128), (192, 96, 128), (128, 64, 256)]
+
+
+def space_factory(kind: str):
+    if kind == "cpu":
+        return generate_space
+    path = ROOT / "tests" / "search" / "synthetic.py"
+    spec = importlib.util.spec_from_file_location("bench_synthetic", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return lambda task, target: SearchSpace(task, target, module.TilingRules())
+
+
+def measure_tasks(tasks, target, make_space, per_task: int, cache: str, seed: int) -> dict:
+    """task key -> list of (candidate, result); measures only what the cache lacks."""
+    from autosched.measure.factory import make_measurer
+
+    done: dict[str, list] = {}
+    if os.path.exists(cache):
+        for line in open(cache):
+            row = json.loads(line)
+            done.setdefault(row["task"], []).append(
+                (Candidate.from_json(row["candidate"]), MeasureResult.from_json(row["result"])))
+    settings = MeasureSettings(number=3, repeat=3, min_repeat_ms=10, build_workers=2)
+    with make_measurer(settings, "local") as measurer, open(cache, "a") as out:
+        for task in tasks:
+            have = done.setdefault(task.key, [])
+            space, rng = make_space(task, target), random.Random(seed)
+            seen = {c.key for c, _ in have}
+            todo = []
+            while len(have) + len(todo) < per_task:
+                cand, mod = space.sample(rng)
+                if cand.key not in seen:
+                    seen.add(cand.key)
+                    todo.append(MeasureInput(task, target, cand, mod))
+            for lo in range(0, len(todo), 16):
+                batch = todo[lo:lo + 16]
+                for inp, res in zip(batch, measurer.measure(batch)):
+                    have.append((inp.candidate, res))
+                    out.write(json.dumps({"task": task.key, "candidate": inp.candidate.to_json(),
+                                          "result": res.to_json()}) + "\n")
+                out.flush()
+                print(f"  {task.name}: {len(have)}/{per_task} measured", file=sys.stderr)
+    return done
+
+
+def pairwise_accuracy(scores, lat) -> float:
+    good = total = 0
+    for a in range(len(lat)):
+        for b in range(a + 1, len(lat)):
+            if lat[a] != lat[b]:
+                total += 1
+                good += (scores[a] > scores[b]) == (lat[a] < lat[b])
+    return good / max(total, 1)
+
+
+def top5_ratio(scores, lat) -> float:
+    top = np.argsort(-np.asarray(scores), kind="stable")[:5]
+    picked = min(lat[i] for i in top)
+    return min(lat) / picked if math.isfinite(picked) else 0.0
+
+
+class Features:
+    """Feature rows per (task key, candidate key), extracted once per config."""
+
+    def __init__(self, tasks, target, make_space, data):
+        self.rows: dict = {}
+        self.seconds: dict = {}
+        for psf in (False, True):
+            cfg = FeatureConfig(per_store_feature=psf)
+            spent, count = 0.0, 0
+            for task in tasks:
+                space = make_space(task, target)
+                for cand, _ in data[task.key]:
+                    mod = space.apply(cand)
+                    start = time.process_time()
+                    row = extract(task, cand, mod, cfg)
+                    spent += time.process_time() - start
+                    count += 1
+                    self.rows[(psf, task.key, cand.key)] = np.asarray(row, np.float32)
+            self.seconds[psf] = spent / count
+
+    def matrix(self, psf, task, pairs):
+        return np.stack([self.rows[(psf, task.key, c.key)] for c, _ in pairs])
+
+
+def latencies(pairs) -> np.ndarray:
+    return np.array([r.median if r.ok else math.inf for _, r in pairs])
+
+
+def evaluate(tasks, data, feats, n_local: int, seed: int) -> list[dict]:
+    rows = []
+    for held in tasks:
+        pairs = list(data[held.key])
+        random.Random(seed).shuffle(pairs)
+        local, test = pairs[:n_local], pairs[n_local:]
+        lat = latencies(test)
+        for psf in (False, True):
+            cfg = FeatureConfig(per_store_feature=psf)
+            models = {}
+            cold = XGBRanker(features=cfg, seed=seed)
+            cold.add_group(held.key, feats.matrix(psf, held, local), latencies(local))
+            cold.fit()
+            models["cold"] = cold
+            transfer = XGBRanker(features=cfg, rounds=200, seed=seed)
+            for other in tasks:
+                if other is not held:
+                    transfer.add_group(other.key, feats.matrix(psf, other, data[other.key]),
+                                       latencies(data[other.key]))
+            transfer.fit()
+            models["transfer"] = transfer
+            with tempfile.TemporaryDirectory() as tmp:  # the user's path: save, load, update
+                transfer.save(os.path.join(tmp, "transfer.json"))
+                both = XGBRanker(seed=seed).load(os.path.join(tmp, "transfer.json"))
+            both.rounds = cold.rounds
+            both.add_group(held.key, feats.matrix(psf, held, local), latencies(local))
+            both.fit()
+            models["transfer+local"] = both
+            x = feats.matrix(psf, held, test)
+            for name, model in models.items():
+                scores = model.predict_features(x)
+                rows.append({"task": held.name, "model": name + ("+psf" if psf else ""),
+                             "pairwise": pairwise_accuracy(scores, lat),
+                             "top5": top5_ratio(scores, lat)})
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--space", choices=("cpu", "test-tiling"), default="cpu")
+    ap.add_argument("--per-task", type=int, default=48)
+    ap.add_argument("--local", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache", default="logs/bench_cost_model_records.jsonl")
+    ap.add_argument("--out", default="logs/bench_cost_model.json")
+    args = ap.parse_args()
+    os.makedirs(os.path.dirname(args.cache) or ".", exist_ok=True)
+    target = resolve_target("llvm")
+    wdef = load_op_file(str(ROOT / "examples" / "matmul.py"))["matmul"]
+    tasks = [make_task(wdef, {"M": m, "N": n, "K": k, "dtype": "float32"}) for m, n, k in SHAPES]
+    make_space = space_factory(args.space)
+    data = measure_tasks(tasks, target, make_space, args.per_task, args.cache, args.seed)
+    feats = Features(tasks, target, make_space, data)
+    rows = evaluate(tasks, data, feats, args.local, args.seed)
+    summary = {}
+    for name in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == name]
+        summary[name] = {"pairwise": statistics.mean(r["pairwise"] for r in mine),
+                         "top5": statistics.mean(r["top5"] for r in mine)}
+        print(f"{name:22s} pairwise {summary[name]['pairwise']:.3f}   "
+              f"top-5 ratio {summary[name]['top5']:.3f}")
+    print(f"feature extraction (CPU ms per candidate): ours {1e3 * feats.seconds[False]:.2f}, "
+          f"ours+psf {1e3 * feats.seconds[True]:.2f}")
+    failures = sum(1 for t in tasks for _, r in data[t.key] if not r.ok)
+    with open(args.out, "w") as f:
+        json.dump({"space": args.space, "tasks": [t.name for t in tasks],
+                   "per_task": args.per_task, "local": args.local, "failures": failures,
+                   "feature_ms": {k: 1e3 * v for k, v in feats.seconds.items()},
+                   "summary": summary, "rows": rows}, f, indent=1)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

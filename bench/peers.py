@@ -1,0 +1,74 @@
+"""Peers measured side by side with autosched: MetaSchedule at the same trial budget,
+torch for the same operator, and one timing method for every TVM kernel."""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+TIMING = {"number": 10, "repeat": 5, "min_repeat_ms": 50}
+
+
+def random_args(task, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, s.shape).astype(s.dtype) for s in task.inputs] + \
+           [np.zeros(s.shape, s.dtype) for s in task.outputs]
+
+
+def time_tvm(mod, target, args: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
+    """Median seconds of one call (same method for every tuner) and the outputs."""
+    import tvm
+
+    lib = tvm.compile(mod, target=target)
+    dev = tvm.cpu() if target.kind.name == "llvm" else tvm.cuda()
+    tensors = [tvm.runtime.tensor(a, dev) for a in args]
+    f = lib.jit() if hasattr(lib, "jit") else lib
+    timer = f.time_evaluator("main", dev, **TIMING)
+    result = timer(*tensors)
+    return float(np.median(result.results)), [t.numpy() for t in tensors]
+
+
+def metaschedule(task, target, trials: int, seed: int = 0):
+    """Tune with MetaSchedule; returns (scheduled module, wall seconds, best-so-far curve
+    of latencies in seconds per trial in measurement order)."""
+    from tvm.s_tir.meta_schedule import builder as msbuilder
+    from tvm.s_tir.meta_schedule import database as msdb
+    from tvm.s_tir.meta_schedule.tir_integration import compile_tir, tune_tir
+
+    db = msdb.MemoryDatabase()
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as work_dir:
+        # MetaSchedule's build workers import TVM's tensor intrinsics (TVMScript parsed at
+        # import), which takes minutes on a busy 2-core machine; its default 30 s build
+        # timeout then fails every build. A generous timeout keeps the peer honest.
+        tune_tir(task.mod, target, work_dir, max_trials_global=trials,
+                 num_trials_per_iter=min(32, trials), database=db, seed=max(seed, 1),
+                 builder=msbuilder.LocalBuilder(timeout_sec=600))
+    wall = time.perf_counter() - start
+    curve, best = [], float("inf")
+    for rec in db.get_all_tuning_records():
+        secs = [float(x) for x in (rec.run_secs or [])]
+        if secs and all(x < 1e9 for x in secs):
+            best = min(best, statistics.median(secs))
+        curve.append(best)
+    sch = compile_tir(db, task.mod, target)
+    return (sch.mod if sch is not None else task.mod), wall, curve
+
+
+def torch_time(fn, inputs, warmup: int = 3, repeats: int = 7, number: int = 10) -> float:
+    """Median seconds per call of a torch function (2 threads, after warm-up)."""
+    import torch
+
+    torch.set_num_threads(2)
+    with torch.no_grad():
+        for _ in range(warmup):
+            fn(*inputs)
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn(*inputs)
+            samples.append((time.perf_counter() - t0) / number)
+    return statistics.median(samples)

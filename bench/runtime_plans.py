@@ -1,0 +1,207 @@
+"""Plans against hand-written checkpointing strategies, side by side, one run.
+
+    PYTHONPATH=. python bench/runtime_plans.py [--layers 6 --width 256 --seq 128 --batch 8]
+
+For the GPT example (fp32, one thread) at budgets of 100/60/40/25% of its activation
+memory without checkpointing, every strategy is applied and measured in the same run:
+
+* uniform           whole-layer checkpointing of the fewest evenly spaced layers that fit
+* megatron          attention-core recomputation in every layer (Megatron-LM selective)
+* megatron+uniform  attention core everywhere plus the fewest whole layers that fit
+* plan              the MILP plan over on-device actions (keep, memeff_ln, memeff,
+                    recompute_attention(+memeff_ln), selective, recompute)
+* plan+offload      the MILP plan with offload allowed. On the CPU host and device memory
+                    are the same RAM: offload here stands in for a device with separate
+                    host memory (the copies are real, the memory they free is not)
+* reference         no checkpointing, measured in every group: its error column shows how
+                    far the machine drifted from the profile (other processes' load)
+
+Measured: saved-activation bytes (saved-tensor hooks) and the median step time over
+rounds that interleave the strategies (the machine is shared and noisy); predicted:
+the cost model's bytes and time. Gradients are compared with eager torch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT))
+
+import gpt  # noqa: E402
+
+from autosched.errors import UserError  # noqa: E402
+from autosched.runtime.api import plan as make_plan  # noqa: E402
+from autosched.runtime.baselines import all_baselines  # noqa: E402
+from autosched.runtime.costmodel import predict  # noqa: E402
+from autosched.runtime.planned import apply, apply_actions  # noqa: E402
+from autosched.runtime.profile import profile_model, restrict  # noqa: E402
+from autosched.runtime.step import measure_step, training_step, zero_grads  # noqa: E402
+from autosched.runtime.units import format_bytes  # noqa: E402
+
+BUDGETS = ("100%", "60%", "40%", "25%")
+DEVICE_ACTIONS = ("keep", "memeff_ln", "memeff", "recompute_attention",
+                  "recompute_attention+memeff_ln", "selective", "recompute")
+
+
+def grads_of(model, inputs, original=None):
+    """Gradients of the original's parameters (a planned model shares them)."""
+    original = original or model
+    zero_grads(original)
+    training_step(model, inputs, gpt.loss_fn)
+    out = {n: p.grad.clone() for n, p in original.named_parameters()}
+    zero_grads(original)
+    return out
+
+
+def grad_error(ref, got) -> float:
+    """Largest |difference| relative to the largest |reference| entry, over all params."""
+    return max(float((got[n] - r).abs().max() / r.abs().max().clamp_min(1e-30))
+               for n, r in ref.items())
+
+
+def exact(ref, got) -> bool:
+    try:
+        for n, r in ref.items():
+            torch.testing.assert_close(got[n], r)
+        return True
+    except AssertionError:
+        return False
+
+
+def candidates(model, inputs, profile, budget_spec):
+    """(name, actions or None, note, plan or None) for every strategy at this budget."""
+    budget = int(profile.keep_saved_bytes * float(budget_spec.rstrip("%")) / 100)
+    out = [("reference", ["keep"] * len(profile.layers), "no checkpointing (drift check)",
+            None)]
+    out += [(b.name, b.actions, b.note, None) for b in all_baselines(profile, budget)]
+    for name, prof in (("plan", restrict(profile, DEVICE_ACTIONS)), ("plan+offload", profile)):
+        try:
+            p = make_plan(model, inputs, budget_spec, gpt.loss_fn, profile=prof)
+        except UserError as e:
+            out.append((name, None, str(e), None))
+            continue
+        out.append((name, p.actions, p.solver["status"], p))
+    return budget, out
+
+
+def build(model, profile, actions, plan):
+    if plan is not None:
+        return apply(model, plan)
+    cores = [layer.attention_cores for layer in profile.layers]
+    return apply_actions(model, actions, profile.container, cores)
+
+
+def measure_all(models, inputs, rounds, steps, clock):
+    """Interleaved rounds: each strategy `steps` steps per round; median over all."""
+    times = {k: [] for k in models}
+    saved = {}
+    for k, m in models.items():
+        saved[k] = measure_step(m, inputs, gpt.loss_fn, repeats=1, warmup=1, clock=clock)
+    for _ in range(rounds):
+        for k, m in models.items():
+            times[k] += measure_step(m, inputs, gpt.loss_fn, repeats=steps, warmup=0,
+                                     clock=clock).times_s
+    return {k: (saved[k].saved_bytes, statistics.median(times[k])) for k in models}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3, help="profile runs per layer and action")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--clock", default="cpu", choices=("cpu", "wall"),
+                    help="cpu: process CPU time, robust on a shared machine (default)")
+    ap.add_argument("--json", help="write the rows here")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model = gpt.make_model(args.layers, args.width, args.heads, args.seq)
+    inputs = gpt.make_inputs(args.batch, args.seq)
+    t0 = time.perf_counter()
+    profile = profile_model(model, inputs, gpt.loss_fn, allow_offload=True, repeats=args.repeats,
+                            clock=args.clock)
+    print(f"clock: {args.clock}; threads: {args.threads}")
+    print(f"profiled in {time.perf_counter() - t0:.0f} s; no checkpointing: "
+          f"{format_bytes(profile.keep_saved_bytes)}, {profile.keep_step_time_s * 1e3:.0f} ms; "
+          f"bandwidth {profile.bandwidth.d2h_bytes_per_s / 1e9:.1f} GB/s "
+          f"({profile.bandwidth.source})")
+    ref = grads_of(model, inputs)
+    rows = []
+    for spec in BUDGETS:
+        budget, cands = candidates(model, inputs, profile, spec)
+        models = {name: build(model, profile, acts, p) for name, acts, _, p in cands
+                  if acts is not None}
+        measured = measure_all(models, inputs, args.rounds, args.steps, args.clock)
+        for name, acts, note, _ in cands:
+            row = {"budget": spec, "budget_bytes": budget, "method": name, "note": note,
+                   "actions": acts}
+            if acts is not None:
+                pred = predict(profile, acts)
+                g = grads_of(models[name], inputs, model)
+                row.update(saved=measured[name][0], time_s=measured[name][1],
+                           pred_saved=pred.saved_bytes, pred_time_s=pred.step_time_s,
+                           fits=measured[name][0] <= budget, grad_exact=exact(ref, g),
+                           grad_rel_err=grad_error(ref, g))
+            rows.append(row)
+    report(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+def _short(actions) -> str:
+    abbrev = {"keep": "K", "memeff_ln": "L", "memeff": "M", "recompute_attention": "A",
+              "recompute_attention+memeff_ln": "AL", "selective": "S", "recompute": "R",
+              "offload": "O", "offload+memeff_ln": "OL"}
+    return " ".join(abbrev[a] for a in actions)
+
+
+def report(rows) -> None:
+    head = ("budget", "method", "actions", "saved", "fits", "pred saved", "ms", "pred ms",
+            "err", "grads", "vs best baseline")
+    lines = [head]
+    for spec in BUDGETS:
+        group = [r for r in rows if r["budget"] == spec]
+        base = [r["time_s"] for r in group
+                if r["method"] in ("uniform", "megatron", "megatron+uniform")
+                and r.get("fits")]
+        best = min(base) if base else None
+        for r in group:
+            if r["actions"] is None:
+                lines.append((spec, r["method"], "-", "-", "-", "-", "-", "-", "-", "-",
+                              r["note"]))
+                continue
+            err = (r["pred_time_s"] - r["time_s"]) / r["time_s"]
+            grads = "exact" if r["grad_exact"] else f"rel {r['grad_rel_err']:.1e}"
+            if not r["fits"] or r["method"] in ("uniform", "megatron", "megatron+uniform",
+                                                "reference"):
+                speed = ""
+            else:
+                speed = (f"{best / r['time_s']:.2f}x ({100 * (best - r['time_s']) / best:+.1f}%)"
+                         if best else "no baseline fits")
+            lines.append((f"{spec} = {format_bytes(r['budget_bytes'])}", r["method"],
+                          _short(r["actions"]), format_bytes(r["saved"]),
+                          "yes" if r["fits"] else "NO", format_bytes(r["pred_saved"]), f"{r['time_s'] * 1e3:.0f}",
+                          f"{r['pred_time_s'] * 1e3:.0f}", f"{100 * err:+.1f}%", grads, speed))
+    widths = [max(len(str(r[i])) for r in lines) for i in range(len(head))]
+    for r in lines:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+    print("actions: K keep, L memeff_ln, M memeff, A recompute_attention, AL A+L, "
+          "S selective, R recompute, O offload, OL offload+memeff_ln")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

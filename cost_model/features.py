@@ -1,0 +1,254 @@
+"""A fixed-length feature vector per candidate, from its scheduled program.
+
+Groups (see `feature_names()` for every column):
+- two store slots: the two stores with the most floating-point work, each described by
+  its loop nest (extents of the innermost six loops and the outermost two: the tiling
+  levels), parallel / vector / unroll / thread extents, arithmetic per iteration, access
+  strides, footprints and estimated traffic and arithmetic intensity per cache size;
+- the rest: how many other stores there are and their summed work and traffic;
+- program: totals, allocated bytes per memory scope (compacted), task FLOPs;
+- decisions: log2 of the candidate's tile factors and its other choices;
+- optionally MetaSchedule's per-store features (max and mean over stores).
+
+Values are mostly log2(1 + x), and log2 of products of loop extents (0 when there is no
+such loop): scale-free for trees, comparable across task sizes.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+
+from .footprint import alloc_bytes, flat_stride, level_footprints, traffic
+from .ir_walk import Program, Store, walk
+
+FEATURE_VERSION = "1"
+_OPS = ("add", "mul", "div", "math", "cmp", "select", "cast", "int")
+_INNER_LEVELS = 6
+_OUTER_LEVELS = 2
+_TILE_SLOTS, _TILE_PARTS, _CHOICE_SLOTS = 4, 4, 8
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """Cache capacities (bytes) at which traffic is estimated; MetaSchedule's per-store
+    group on/off (it needs the target kind, "llvm" or "cuda")."""
+
+    caches: tuple[int, ...] = (32 * 1024, 1024 * 1024, 32 * 1024 * 1024)
+    per_store_feature: bool = False
+    target_kind: str = "llvm"
+
+    def to_json(self) -> dict:
+        return {"caches": list(self.caches), "per_store_feature": self.per_store_feature,
+                "target_kind": self.target_kind, "version": FEATURE_VERSION}
+
+    @staticmethod
+    def from_json(d: dict) -> "FeatureConfig":
+        if str(d.get("version")) != FEATURE_VERSION:
+            raise ValueError(f"features version {d.get('version')!r}, this build has "
+                             f"{FEATURE_VERSION!r}")
+        return FeatureConfig(tuple(int(c) for c in d["caches"]), bool(d["per_store_feature"]),
+                             str(d.get("target_kind", "llvm")))
+
+
+def _lg(x: float) -> float:
+    return math.log2(1.0 + max(float(x), 0.0))
+
+
+def _log_prod(extents) -> float:
+    """log2 of a product of loop extents: 0 when there is no such loop."""
+    return math.log2(max(_prod(extents), 1))
+
+
+def _pad(values: list, n: int) -> list:
+    return values + [0.0] * (n - len(values))
+
+
+def _prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def _store_names(cfg: FeatureConfig) -> list[str]:
+    names = ["iters", "flops"] + [f"op_{o}" for o in _OPS]
+    names += ["loops", "loops_gt1", "parallel", "n_parallel", "vector", "vector_contig",
+              "unroll_explicit", "unroll_auto"]
+    names += [f"inner_{i}" for i in range(_INNER_LEVELS)] + [f"outer_{i}" for i in range(_OUTER_LEVELS)]
+    names += [f"inner_work_{i + 1}" for i in range(_INNER_LEVELS)]
+    names += ["stride_write", "stride_read_mean", "stride_read_max", "reads_contig", "reads_zero"]
+    names += ["blocks", "threads", "vthreads", "fp_total"]
+    names += [f"fp_inner_{i + 1}" for i in range(_INNER_LEVELS)]
+    for c in cfg.caches:
+        names += [f"traffic_{c >> 10}k", f"intensity_{c >> 10}k"]
+    names += ["n_reads", "n_buffers", "scope_global", "scope_shared", "scope_local"]
+    return names
+
+
+def _other_names(cfg: FeatureConfig) -> list[str]:
+    return ["n", "iters", "flops"] + [f"traffic_{c >> 10}k" for c in cfg.caches]
+
+
+_PROGRAM_NAMES = ["n_stores", "flops", "iters", "alloc_global", "alloc_shared", "alloc_local",
+                  "max_parallel", "task_flops"]
+
+
+def _decision_names() -> list[str]:
+    names = [f"tile{t}_{p}" for t in range(_TILE_SLOTS)
+             for p in ("inner1", "inner2", "inner3", "outer")]
+    return names + [f"choice{c}" for c in range(_CHOICE_SLOTS)]
+
+
+def feature_names(cfg: FeatureConfig = FeatureConfig()) -> list[str]:
+    """Column names of the vector `extract` returns for this config."""
+    names = [f"s{slot}.{n}" for slot in range(2) for n in _store_names(cfg)]
+    names += [f"other.{n}" for n in _other_names(cfg)]
+    names += [f"prog.{n}" for n in _PROGRAM_NAMES]
+    names += [f"dec.{n}" for n in _decision_names()]
+    if cfg.per_store_feature:
+        from .psf import psf_names
+
+        names += psf_names()
+    return names
+
+
+@dataclass
+class _StoreStats:
+    store: Store
+    iters: int
+    flops: float
+    footprints: list[int]
+
+
+def _stats(st: Store) -> _StoreStats:
+    iters = _prod(lp.extent for lp in st.loops)
+    float_ops = sum(v for k, v in st.ops.items() if k != "int")
+    return _StoreStats(st, iters, float(iters) * max(float_ops, 1.0),
+                       level_footprints(st.loops, st.accesses))
+
+
+def _strides(st: Store, loop_id: int | None) -> list:
+    if loop_id is None:
+        return [0 for _ in st.accesses]
+    return [flat_stride(acc, loop_id) for acc in st.accesses]
+
+
+def _stride_feature(s) -> float:
+    return -1.0 if s is None else _lg(s)
+
+
+def _loop_features(st: Store) -> list[float]:
+    loops = st.loops
+    par = [lp.extent for lp in loops if lp.kind == "parallel"]
+    vec = [lp for lp in loops if lp.kind == "vectorized"]
+    vec_contig = 0.0
+    if vec:
+        strides = _strides(st, vec[-1].id)
+        vec_contig = sum(1 for s in strides if s in (0, 1)) / len(strides)
+    inner = [_lg(lp.extent) for lp in reversed(loops)][:_INNER_LEVELS]
+    outer = [_lg(lp.extent) for lp in loops][:_OUTER_LEVELS]
+    # work of the innermost k loops: the tile sizes per tiling level, whatever the sketch
+    work = [_lg(_prod(lp.extent for lp in loops[len(loops) - k:]))
+            for k in range(1, min(_INNER_LEVELS, len(loops)) + 1)]
+    return [len(loops), sum(1 for lp in loops if lp.extent > 1), _log_prod(par), len(par),
+            _log_prod(lp.extent for lp in vec), vec_contig,
+            _log_prod(lp.extent for lp in loops if lp.kind == "unrolled"), _lg(st.unroll)] + \
+        _pad(inner, _INNER_LEVELS) + _pad(outer, _OUTER_LEVELS) + _pad(work, _INNER_LEVELS)
+
+
+def _access_features(st: Store) -> list[float]:
+    innermost = next((lp.id for lp in reversed(st.loops) if lp.extent > 1), None)
+    strides = _strides(st, innermost)
+    write, reads = strides[0], strides[1:]
+    known = [s for s in reads if s is not None]
+    return [_stride_feature(write),
+            sum(_lg(s) for s in known) / len(known) if known else 0.0,
+            max((_lg(s) for s in known), default=0.0),
+            sum(1 for s in reads if s == 1) / max(len(reads), 1),
+            sum(1 for s in reads if s == 0) / max(len(reads), 1)]
+
+
+def _thread_features(st: Store) -> list[float]:
+    def extent(prefix):
+        return _log_prod(lp.extent for lp in st.loops if lp.tag.startswith(prefix))
+
+    return [extent("blockIdx"), extent("threadIdx"), extent("vthread")]
+
+
+def _store_vector(s: _StoreStats, cfg: FeatureConfig) -> list[float]:
+    st = s.store
+    v = [_lg(s.iters), _lg(s.flops)] + [_lg(st.ops.get(o, 0)) for o in _OPS]
+    v += _loop_features(st) + _access_features(st) + _thread_features(st)
+    fps = s.footprints  # fps[L]: bytes touched by loops L..n-1; fps[n]: one iteration
+    v += [_lg(fps[0])] + _pad([_lg(fps[len(fps) - 1 - k])
+                               for k in range(1, min(_INNER_LEVELS, len(fps) - 1) + 1)],
+                              _INNER_LEVELS)
+    for cap in cfg.caches:
+        moved = traffic(st.loops, s.footprints, cap)
+        v += [_lg(moved), math.log2(s.flops / max(moved, 1.0))]
+    scope = st.accesses[0].buffer.scope
+    v += [len(st.accesses) - 1, len({a.buffer.name for a in st.accesses}),
+          float(scope.startswith("global")), float(scope.startswith("shared")),
+          float(scope.startswith("local"))]
+    return v
+
+
+def _other_vector(rest: list[_StoreStats], cfg: FeatureConfig) -> list[float]:
+    v = [len(rest), _lg(sum(s.iters for s in rest)), _lg(sum(s.flops for s in rest))]
+    return v + [_lg(sum(traffic(s.store.loops, s.footprints, c) for s in rest)) for c in cfg.caches]
+
+
+def _program_vector(prog: Program, stats: list[_StoreStats], task_flops: float) -> list[float]:
+    by_scope = {"global": 0, "shared": 0, "local": 0}
+    for buf in prog.allocs:
+        kind = next((k for k in by_scope if buf.scope.startswith(k)), "global")
+        by_scope[kind] += alloc_bytes(prog.stores, buf.name, buf.scope)
+    max_par = max((_prod(lp.extent for lp in s.store.loops if lp.kind == "parallel")
+                   for s in stats), default=1)
+    return [len(stats), _lg(sum(s.flops for s in stats)), _lg(sum(s.iters for s in stats)),
+            _lg(by_scope["global"]), _lg(by_scope["shared"]), _lg(by_scope["local"]),
+            math.log2(max_par), _lg(task_flops)]
+
+
+def decision_vector(candidate) -> list[float]:
+    """Tile decisions (the largest tiled extents first), each as log2 of its innermost
+    factor, of the inner two and inner three factors' product (the tile size per level)
+    and of its outermost factor; then the other choices (numbers as log2(1+x), anything
+    else as a stable hash in [0, 1))."""
+    tiles, choices = [], []
+    for name, value in (candidate.decisions if candidate is not None else ()):
+        if isinstance(value, tuple) and value and all(isinstance(x, int) for x in value):
+            tiles.append((-_prod(value), name, value))
+        else:
+            choices.append((name, value))
+    out = []
+    for _, _, value in sorted(tiles)[:_TILE_SLOTS]:
+        logs = [math.log2(max(x, 1)) for x in value]
+        cumulative = [sum(logs[len(logs) - k:]) for k in range(1, _TILE_PARTS)]
+        out += [cumulative[min(k, len(logs)) - 1] for k in range(1, _TILE_PARTS)] + [logs[0]]
+    out += [0.0] * (_TILE_SLOTS * _TILE_PARTS - len(out))
+    for _, value in sorted(choices, key=lambda c: c[0])[:_CHOICE_SLOTS]:
+        if isinstance(value, (bool, int, float)):
+            out.append(_lg(abs(float(value))))
+        else:
+            out.append((zlib.crc32(str(value).encode()) % 1000) / 1000.0)
+    return out + [0.0] * (_TILE_SLOTS * _TILE_PARTS + _CHOICE_SLOTS - len(out))
+
+
+def extract(task, candidate, mod, cfg: FeatureConfig = FeatureConfig()) -> list[float]:
+    """The feature vector of one scheduled module (`mod["main"]`) and its candidate."""
+    prog = walk(mod["main"])
+    stats = sorted((_stats(st) for st in prog.stores), key=lambda s: (-s.flops, -s.iters))
+    v: list[float] = []
+    for slot in range(2):
+        v += _store_vector(stats[slot], cfg) if slot < len(stats) else \
+            [0.0] * len(_store_names(cfg))
+    v += _other_vector(stats[2:], cfg)
+    v += _program_vector(prog, stats, getattr(task, "flops", 0.0))
+    v += decision_vector(candidate)
+    if cfg.per_store_feature:
+        from .psf import psf_vector
+
+        v += psf_vector(mod, cfg.target_kind)
+    return v

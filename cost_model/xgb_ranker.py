@@ -1,0 +1,225 @@
+"""An XGBoost ranker over schedule features, learned online during tuning.
+
+Within one task only the order of candidates matters, so the model is trained with a
+pairwise ranking objective grouped by task: latencies of different tasks are never
+compared. The relevance label of a correct candidate is best_latency / latency of its
+task (in (0, 1]); a failed candidate gets 0, below every success, so the model learns
+to avoid what does not build, run or verify.
+
+After every measured batch the model is retrained from all data seen so far (a few
+hundred rows train in well under a second). A model loaded from disk (for example one
+trained on other tasks' records, see `transfer.py`) stays underneath: local trees are
+boosted on top of it, so its knowledge is corrected by, not replaced with, local data.
+
+Persisted as XGBoost's own JSON model plus a JSON sidecar (`<name>.meta.json`) with the
+feature configuration: never pickle.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autosched.errors import UserError
+from .features import FeatureConfig, extract, feature_names
+
+MODEL_FORMAT = "autosched-xgb-ranker"
+_FORMAT_VERSION = 1
+_CACHE_LIMIT = 50_000
+DEFAULT_PARAMS = {
+    "objective": "rank:pairwise",
+    "lambdarank_pair_method": "mean",
+    "lambdarank_num_pair_per_sample": 16,
+    "eta": 0.1,
+    "max_depth": 5,
+    "min_child_weight": 1.0,
+    "subsample": 1.0,
+    "colsample_bytree": 1.0,
+    "tree_method": "hist",
+    "nthread": 1,
+}
+
+
+def sidecar_path(path: str) -> str:
+    """`model.json` -> `model.meta.json` (the feature config and training summary)."""
+    root, ext = os.path.splitext(path)
+    return (root if ext == ".json" else path) + ".meta.json"
+
+
+def relevance(latencies: np.ndarray) -> np.ndarray:
+    """best / latency for successes (in (0, 1]), 0 for failures (latency inf)."""
+    ok = np.isfinite(latencies)
+    out = np.zeros(len(latencies))
+    if ok.any():
+        out[ok] = latencies[ok].min() / latencies[ok]
+    return out
+
+
+@dataclass
+class _TaskRows:
+    features: list = field(default_factory=list)
+    latencies: list = field(default_factory=list)
+    keys: set = field(default_factory=set)
+
+
+class XGBRanker:
+    """`CostModel` implementation: predict / update / save / load."""
+
+    name = "xgb"
+
+    def __init__(self, features: FeatureConfig | None = None, rounds: int = 80,
+                 params: dict | None = None, seed: int = 0):
+        self.config = features or FeatureConfig()
+        self.rounds = int(rounds)
+        self.params = dict(DEFAULT_PARAMS, seed=int(seed), **(params or {}))
+        self._rows: dict[str, _TaskRows] = {}
+        self._cache: dict[tuple[str, str], np.ndarray] = {}
+        self._base = None       # booster loaded from disk: local trees go on top of it
+        self._booster = None
+        self.summary: dict = {"tasks": 0, "rows": 0, "failures": 0}
+
+    @property
+    def trained(self) -> bool:
+        return self._booster is not None
+
+    @property
+    def num_features(self) -> int:
+        return len(feature_names(self.config))
+
+    def features(self, task, candidates, mods) -> np.ndarray:
+        """Feature matrix (one row per candidate), cached by (task key, candidate key)."""
+        rows = []
+        for cand, mod in zip(candidates, mods):
+            key = (task.key, cand.key)
+            row = self._cache.get(key)
+            if row is None:
+                row = np.asarray(extract(task, cand, mod, self.config), dtype=np.float32)
+                if len(self._cache) >= _CACHE_LIMIT:
+                    self._cache.pop(next(iter(self._cache)))
+                self._cache[key] = row
+            rows.append(row)
+        return np.stack(rows) if rows else np.zeros((0, self.num_features), np.float32)
+
+    def predict(self, task, candidates, mods) -> np.ndarray:
+        """Scores, higher = predicted faster; all zeros while the model knows nothing."""
+        feats = self.features(task, candidates, mods)
+        return self.predict_features(feats)
+
+    def predict_features(self, feats: np.ndarray) -> np.ndarray:
+        if self._booster is None or len(feats) == 0:
+            return np.zeros(len(feats))
+        import xgboost as xgb
+
+        return self._booster.predict(xgb.DMatrix(feats, feature_names=None))
+
+    def update(self, task, candidates, mods, results) -> None:
+        """Add measured candidates (MeasureResult each; failures included) and retrain."""
+        feats = self.features(task, candidates, mods)
+        rows = self._rows.setdefault(task.key, _TaskRows())
+        for cand, row, res in zip(candidates, feats, results):
+            if cand.key in rows.keys:  # a re-measurement replaces nothing: keep the first
+                continue
+            rows.keys.add(cand.key)
+            rows.features.append(row)
+            rows.latencies.append(res.median if res.ok else math.inf)
+        self._retrain()
+
+    def add_group(self, task_key: str, feats: np.ndarray, latencies: np.ndarray) -> None:
+        """Training data for one task given as features and latencies (inf = failure)."""
+        rows = self._rows.setdefault(task_key, _TaskRows())
+        rows.features.extend(list(feats))
+        rows.latencies.extend(float(x) for x in latencies)
+
+    def fit(self) -> None:
+        """Train on all groups added so far (what `update` does after each batch)."""
+        self._retrain()
+
+    def _retrain(self) -> None:
+        import xgboost as xgb
+
+        groups = [(np.stack(r.features), relevance(np.asarray(r.latencies, dtype=float)))
+                  for r in self._rows.values() if len(r.features) >= 2]
+        groups = [(x, y) for x, y in groups if len(np.unique(y)) > 1]  # no pair, no signal
+        self.summary = {"tasks": len(groups), "rows": int(sum(len(y) for _, y in groups)),
+                        "failures": int(sum((y == 0).sum() for _, y in groups))}
+        if not groups:
+            self._booster = self._base
+            return
+        x = np.concatenate([g[0] for g in groups])
+        y = np.concatenate([g[1] for g in groups])
+        qid = np.concatenate([np.full(len(g[1]), i) for i, g in enumerate(groups)])
+        dtrain = xgb.DMatrix(x, label=y, qid=qid)
+        base = self._base.copy() if self._base is not None else None
+        self._booster = xgb.train(self.params, dtrain, num_boost_round=self.rounds,
+                                  xgb_model=base)
+
+    def save(self, path: str) -> None:
+        """Write `path` (XGBoost JSON model) and its sidecar, each atomically."""
+        if self._booster is None:
+            raise UserError("the cost model has no training data yet: nothing to save")
+        meta = {"format": MODEL_FORMAT, "format_version": _FORMAT_VERSION,
+                "features": self.config.to_json(), "num_features": self.num_features,
+                "feature_names": feature_names(self.config), "params": self.params,
+                "rounds": self.rounds, "summary": self.summary}
+        raw = self._booster.save_raw(raw_format="json")
+        _atomic_write(path, bytes(raw))
+        _atomic_write(sidecar_path(path), json.dumps(meta, indent=1, sort_keys=True).encode())
+
+    def load(self, path: str) -> "XGBRanker":
+        """Replace this model with the one saved at `path`; it becomes the base that
+        later updates boost on top of. Returns self."""
+        import xgboost as xgb
+
+        meta = _read_sidecar(path)
+        try:
+            config = FeatureConfig.from_json(meta["features"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise UserError(f"{path}: cost model was saved with other features ({e})") from None
+        booster = xgb.Booster()
+        try:
+            with open(path, "rb") as f:
+                booster.load_model(bytearray(f.read()))
+        except (OSError, xgb.core.XGBoostError) as e:
+            raise UserError(f"{path}: not an XGBoost JSON model ({str(e).splitlines()[0]})") from None
+        if booster.num_features() != len(feature_names(config)):
+            raise UserError(f"{path}: model has {booster.num_features()} features, "
+                            f"its sidecar describes {len(feature_names(config))}")
+        self.config = config
+        self.rounds = int(meta.get("rounds", self.rounds))
+        self.params = dict(DEFAULT_PARAMS, **meta.get("params", {}))
+        self.summary = dict(meta.get("summary", {}))
+        self._base = self._booster = booster
+        self._rows.clear()
+        self._cache.clear()
+        return self
+
+
+def _read_sidecar(path: str) -> dict:
+    side = sidecar_path(path)
+    try:
+        with open(side) as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path}: sidecar {side} is missing (saved by another tool?)") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise UserError(f"{side}: unreadable ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
+        raise UserError(f"{side}: not an autosched cost-model sidecar")
+    if int(meta.get("format_version", 0)) > _FORMAT_VERSION:
+        raise UserError(f"{side}: written by a newer autosched (format "
+                        f"{meta.get('format_version')})")
+    return meta
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

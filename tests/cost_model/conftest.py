@@ -1,0 +1,37 @@
+"""Fixtures for cost-model tests: the synthetic tiling sketch and measurer shared with
+the search tests (tests/search/synthetic.py)."""
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def synthetic():
+    path = Path(__file__).resolve().parents[1] / "search" / "synthetic.py"
+    spec = importlib.util.spec_from_file_location("autosched_test_synthetic", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def matmul_space(synthetic):
+    return synthetic.make_space(synthetic.matmul_task())
+
+
+@pytest.fixture(scope="session")
+def measured(synthetic, matmul_space):
+    """96 distinct random candidates of the 256^3 matmul with their synthetic results."""
+    rng = random.Random(7)
+    seen, cands, mods = set(), [], []
+    while len(cands) < 96:
+        cand, mod = matmul_space.sample(rng)
+        if cand.key not in seen:
+            seen.add(cand.key)
+            cands.append(cand)
+            mods.append(mod)
+    return cands, mods, [synthetic.synthetic_latency(c) for c in cands]

@@ -1,0 +1,70 @@
+"""Fixtures for the runtime tests: one torch thread, tiny GPT / MLP models from examples/."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # The machine's cores are shared: the runtime tests use one thread, always.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def load_example(name: str):
+    spec = importlib.util.spec_from_file_location(f"runtime_example_{name}", EXAMPLES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def gpt():
+    return load_example("gpt")
+
+
+@pytest.fixture(scope="session")
+def mlp():
+    return load_example("mlp")
+
+
+TINY = dict(n_layer=2, d_model=32, n_head=2, seq_len=16, vocab=32)
+
+
+@pytest.fixture
+def tiny_gpt(gpt):
+    """(model, inputs, loss_fn): a 2-layer GPT small enough for exact checks."""
+    model = gpt.make_model(**TINY)
+    inputs = gpt.make_inputs(batch=2, seq_len=TINY["seq_len"], vocab=TINY["vocab"])
+    return model, inputs, gpt.loss_fn
+
+
+@pytest.fixture
+def bw_path(tmp_path):
+    return tmp_path / "bandwidth.json"
+
+
+def _grads(model, run, inputs, loss_fn):
+    from autosched.runtime.step import training_step, zero_grads
+
+    zero_grads(model)
+    training_step(run, inputs, loss_fn)
+    out = {n: p.grad.clone() for n, p in model.named_parameters()}
+    zero_grads(model)
+    return out
+
+
+@pytest.fixture
+def grads():
+    """grads(model, run, inputs, loss_fn): `model`'s parameter gradients after one step of
+    `run` (a planned model sharing those parameters)."""
+    return _grads

@@ -1,0 +1,91 @@
+"""Cost model (memory accounting, Mist-style overlap) and the MILP, on synthetic profiles."""
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from autosched.errors import UserError
+from autosched.runtime.bandwidth import Bandwidth
+from autosched.runtime.costmodel import exposed_transfers, predict
+from autosched.runtime.planner import smallest_feasible_bytes, solve
+from autosched.runtime.profile import ActionCost, LayerProfile, ModelProfile
+from autosched.runtime.units import format_bytes
+
+MB = 1 << 20
+
+
+def profile(layers, shared=None, rest_shared=(), overlap=False, bw=1e9, rest_bytes=0):
+    """layers: list of {action: (fwd, bwd, own bytes, shared ids, host bytes)}."""
+    lps = [LayerProfile(f"blocks.{i}", i, {n: ActionCost(f, b, m, frozenset(s), h)
+                                           for n, (f, b, m, s, h) in opts.items()})
+           for i, opts in enumerate(layers)]
+    return ModelProfile(lps, shared or {}, rest_bytes, frozenset(rest_shared), 0.01, 1.0,
+                        sum(o["keep"][2] for o in layers), Bandwidth(bw, bw, overlap, "test", "t"),
+                        "cpu", "blocks", "test")
+
+
+def test_shared_storage_counts_once_whoever_saves_it():
+    keep = {"keep": (1, 1, 10 * MB, {0}, 0), "recompute": (1, 2, 0, {0}, 0),
+            "memeff": (1, 1.5, 6 * MB, set(), 0)}
+    p = profile([keep, keep], shared={0: 4 * MB}, rest_shared=())
+    assert predict(p, ["keep", "keep"]).saved_bytes == 24 * MB       # one shared storage
+    assert predict(p, ["memeff", "memeff"]).saved_bytes == 12 * MB    # nobody saves it
+    assert predict(p, ["memeff", "recompute"]).saved_bytes == 10 * MB
+
+
+def test_overlap_hides_transfers_behind_the_next_layers_compute():
+    offload = {"keep": (0.06, 0.15, 8 * MB, set(), 0), "offload": (0.06, 0.15, 0, set(), 100e6)}
+    p = profile([offload, offload, offload], overlap=True, bw=1e9)   # 0.1 s each way
+    exposed = exposed_transfers(p, ["offload", "keep", "offload"])
+    assert exposed[0] == pytest.approx(0.1 - 0.06)                     # h2d hidden by 0.15
+    assert exposed[1] == 0.0
+    assert exposed[2] == pytest.approx(0.2)                            # last: no window
+    no_engine = profile([offload, offload, offload], overlap=False, bw=1e9)
+    assert exposed_transfers(no_engine, ["offload", "keep", "offload"]) == \
+        pytest.approx([0.2, 0.0, 0.2])
+    t = predict(p, ["offload", "keep", "offload"]).step_time_s
+    assert t == pytest.approx(0.01 + 3 * 0.21 + 0.04 + 0.2)
+
+
+def _random_profile(rng: random.Random, n: int, overlap: bool):
+    layers, shared = [], {}
+    for i in range(n):
+        keep_t, mem = rng.uniform(1, 3) * 1e-2, rng.randint(5, 20) * MB
+        shared[i] = rng.randint(1, 4) * MB
+        layers.append({
+            "keep": (keep_t / 3, 2 * keep_t / 3, mem, {i}, 0),
+            "memeff": (keep_t / 3, keep_t, mem // 2, set(), 0),
+            "recompute": (keep_t / 3, keep_t, 0, {i}, 0),
+            "offload": (keep_t / 3, 2 * keep_t / 3, 0, set(), mem + shared[i]),
+        })
+    return profile(layers, shared, rest_shared={0} if rng.random() < 0.5 else (),
+                   overlap=overlap, bw=rng.choice([2e9, 2e10]), rest_bytes=3 * MB)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_milp_matches_brute_force(seed):
+    rng = random.Random(seed)
+    p = _random_profile(rng, 4, overlap=seed % 2 == 0)
+    every = [list(a) for a in itertools.product(*[list(layer.options) for layer in p.layers])]
+    least = min(predict(p, a).saved_bytes for a in every)
+    assert smallest_feasible_bytes(p) == least
+    for frac in (0.3, 0.6, 1.0):
+        budget = int(least + frac * (predict(p, ["keep"] * 4).saved_bytes - least))
+        best = min(predict(p, a).step_time_s for a in every if predict(p, a).saved_bytes <= budget)
+        sol = solve(p, budget, mip_gap=0.0)
+        got = predict(p, sol.assignment)
+        assert got.saved_bytes <= budget
+        assert got.step_time_s == pytest.approx(best, rel=1e-6)
+        assert sol.status == "optimal"
+
+
+def test_infeasible_budget_names_the_smallest_feasible_one():
+    p = _random_profile(random.Random(7), 3, overlap=False)
+    least = smallest_feasible_bytes(p)
+    with pytest.raises(UserError) as info:
+        solve(p, least - 1)
+    msg = str(info.value)
+    assert "\n" not in msg and "infeasible" in msg and format_bytes(least) in msg
+    assert predict(p, solve(p, least).assignment).saved_bytes == least

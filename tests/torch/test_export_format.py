@@ -1,0 +1,39 @@
+"""A manifest written by `autosched export`'s own code loads, and its ops run and train."""
+from __future__ import annotations
+
+import json
+import shutil
+from types import SimpleNamespace
+
+import torch
+
+import autosched.torch as at
+from autosched import exporting as export
+from autosched.target import resolve_target
+from autosched.versions import current_versions
+
+
+def test_manifest_from_export_loads(nn_library, tmp_path):
+    from torch_libbuild import TEST_SELECTION, make_tasks
+
+    lib_dir = tmp_path / "lib"
+    shutil.copytree(nn_library, lib_dir)
+    tasks, metas = make_tasks(TEST_SELECTION)
+    records = [SimpleNamespace(id=i, latency=1e-3, candidate={"decisions": []})
+               for i in range(len(tasks))]
+    manifest = export._manifest(tasks, records, export.kernel_symbols(tasks),
+                                resolve_target("llvm"), current_versions("1"), metas)
+    with open(lib_dir / export.MANIFEST_NAME, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True, default=export._json_default)
+
+    lib = at.load_library(lib_dir)
+    assert set(lib.ops) == set(TEST_SELECTION)
+    assert len(lib.manifest.kernels) == len(tasks)
+    x = torch.randn(8, 4, requires_grad=True)
+    w = torch.randn(6, 4, requires_grad=True)
+    b = torch.randn(6, requires_grad=True)
+    h = torch.randn(8, 16)
+    torch.testing.assert_close(torch.ops.autosched.gelu(h),
+                               torch.nn.functional.gelu(h, approximate="tanh"))
+    torch.ops.autosched.linear(x, w, b).sum().backward()
+    torch.testing.assert_close(w.grad, torch.ones(8, 6).t() @ x.detach(), rtol=1e-5, atol=1e-5)
