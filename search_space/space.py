@@ -8,7 +8,7 @@ from .candidate import Candidate
 from .decisions import Decider, InvalidCandidate
 from .sketch import RuleSet, Sketch
 
-SPACE_VERSION = "1"
+SPACE_VERSION = "2"
 _MAX_SAMPLE_TRIES = 32
 
 
