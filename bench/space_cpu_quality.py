@@ -5,7 +5,10 @@ candidates of our space: share that build, share that match the reference
 (rtol 1e-4), best and median time, and sample+apply time per candidate.
 
     PYTHONPATH=. python bench/space_cpu_quality.py [--samples 64] [--ops matmul,conv2d]
-        [--arg M=128 ...] [--sketch tile_pack]
+        [--arg M=128 ...] [--sketch tile_pack] [--cpu-time] [--log samples.jsonl]
+
+On a machine shared with other jobs use --cpu-time (one thread, the process's CPU
+time): wall-clock then mostly measures the share of the cores the run got.
 """
 from __future__ import annotations
 
