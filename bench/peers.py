@@ -30,9 +30,10 @@ def time_tvm(mod, target, args: list[np.ndarray]) -> tuple[float, list[np.ndarra
     return float(np.median(result.results)), [t.numpy() for t in tensors]
 
 
-def metaschedule(task, target, trials: int, seed: int = 0):
+def metaschedule(task, target, trials: int, seed: int = 0, checkpoints=()):
     """Tune with MetaSchedule; returns (scheduled module, wall seconds, best-so-far curve
-    of latencies in seconds per trial in measurement order)."""
+    of latencies in seconds per trial in measurement order). With `checkpoints`, the
+    first item is instead {k: the best module among the first k measured records}."""
     from tvm.s_tir.meta_schedule import builder as msbuilder
     from tvm.s_tir.meta_schedule import database as msdb
     from tvm.s_tir.meta_schedule.tir_integration import compile_tir, tune_tir
@@ -47,14 +48,30 @@ def metaschedule(task, target, trials: int, seed: int = 0):
                  num_trials_per_iter=min(32, trials), database=db, seed=max(seed, 1),
                  builder=msbuilder.LocalBuilder(timeout_sec=600))
     wall = time.perf_counter() - start
-    curve, best = [], float("inf")
-    for rec in db.get_all_tuning_records():
+    records = list(db.get_all_tuning_records())
+    curve, best, best_rec = [], float("inf"), []
+    for rec in records:
         secs = [float(x) for x in (rec.run_secs or [])]
-        if secs and all(x < 1e9 for x in secs):
-            best = min(best, statistics.median(secs))
+        if secs and all(x < 1e9 for x in secs) and statistics.median(secs) < best:
+            best = statistics.median(secs)
+            best_rec.append((len(curve), rec))
         curve.append(best)
+    if checkpoints:
+        return {k: _replay(task.mod, [r for i, r in best_rec if i < k]) for k in checkpoints}, \
+            wall, curve
     sch = compile_tir(db, task.mod, target)
     return (sch.mod if sch is not None else task.mod), wall, curve
+
+
+def _replay(mod, improving_records):
+    """The module scheduled by the last (best) of `improving_records`, or `mod`."""
+    from tvm import s_tir
+
+    if not improving_records:
+        return mod
+    sch = s_tir.Schedule(mod)
+    improving_records[-1].trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch.mod
 
 
 def torch_time(fn, inputs, warmup: int = 3, repeats: int = 7, number: int = 10) -> float:

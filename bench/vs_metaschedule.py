@@ -6,7 +6,13 @@ target with the same number of trials, time both best kernels with the same meth
 numpy, and time torch and the default (unscheduled) build. Prints per-op latency, the
 ratio, the geometric mean, tuning wall time per trial, and writes a tuning-curve PNG.
 
-    python bench/vs_metaschedule.py --trials 64 [--ops matmul,softmax] [--out bench/results]
+    python bench/vs_metaschedule.py --trials 256 --checkpoints 64 [--ops matmul,softmax]
+                                    [--db logs/bench.db] [--out bench/results]
+
+`--checkpoints 64` also reports both tuners at 64 trials, read from the same run: the best
+of each tuner's first 64 measured candidates (both tuners' first 64 trials do not depend
+on the total budget), re-timed like the final kernels. `--db` keeps autosched's records
+(for bench/cost_model_accuracy.py); by default they go to a temporary database.
 """
 from __future__ import annotations
 
@@ -24,30 +30,37 @@ from ops import OPS, torch_fn  # noqa: E402
 from peers import metaschedule, random_args, time_tvm, torch_time  # noqa: E402
 
 
-def tune_autosched(task, trials: int, strategy: str, seed: int, work_dir: str):
-    """Tune; returns (scheduled module, wall seconds, best-latency curve per trial)."""
+def tune_autosched(task, trials: int, strategy: str, seed: int, url: str, checkpoints):
+    """Tune; returns ({trials: best module within the first trials}, wall seconds,
+    best-latency curve per trial)."""
     from search_space import Candidate, generate_space
 
     from autosched.config import TuneConfig
     from autosched.db import open_database
     from autosched.tuner import tune_tasks
 
-    url = f"sqlite:///{work_dir}/bench.db"
+    db = open_database(url)
+    before = len(db.records(task_key=task.key))
+    db.close()
     config = TuneConfig(target="llvm", trials=trials, db_url=url, strategy=strategy,
-                        seed=seed, work_dir=work_dir)
+                        seed=seed, work_dir=os.path.dirname(url.removeprefix("sqlite:///")))
     start = time.perf_counter()
     result = tune_tasks([task], config)
     wall = time.perf_counter() - start
     db = open_database(url)
-    records = db.records(task_key=task.key)
+    records = db.records(task_key=task.key)[before:]
     db.close()
     curve, best = [], math.inf
     for rec in records:
         best = min(best, rec.latency)
         curve.append(best)
-    state = result.tasks[0]
-    mod = generate_space(task, result.target).apply(Candidate.from_json(state.best_record.candidate))
-    return mod, wall, curve
+    space = generate_space(task, result.target)
+    mods = {}
+    for k in checkpoints:
+        ok = [r for r in records[:k] if math.isfinite(r.latency)]
+        pick = min(ok, key=lambda r: r.latency)
+        mods[k] = space.apply(Candidate.from_json(pick.candidate))
+    return mods, wall, curve
 
 
 def _check(outputs, expected, name):
@@ -57,7 +70,8 @@ def _check(outputs, expected, name):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=name)
 
 
-def bench_op(op, trials, strategy, seed, target_spec):
+def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url):
+    """One row per checkpoint (the last is `trials`)."""
     import torch
 
     task = op.task()
@@ -66,18 +80,22 @@ def bench_op(op, trials, strategy, seed, target_spec):
     n_in = len(task.inputs)
     default_s, expected = time_tvm(task.mod, tvm_target, args)
     expected = expected[n_in:]
-    with tempfile.TemporaryDirectory() as work:
-        ours_mod, ours_wall, ours_curve = tune_autosched(task, trials, strategy, seed, work)
-    ours_s, out = time_tvm(ours_mod, tvm_target, args)
-    _check(out[n_in:], expected, f"autosched {op.name}")
-    ms_mod, ms_wall, ms_curve = metaschedule(task, tvm_target, trials, seed)
-    ms_s, out = time_tvm(ms_mod, tvm_target, args)
-    _check(out[n_in:], expected, f"metaschedule {op.name}")
+    ours_mods, ours_wall, ours_curve = tune_autosched(task, trials, strategy, seed, db_url,
+                                                      checkpoints)
+    ms_mods, ms_wall, ms_curve = metaschedule(task, tvm_target, trials, seed, checkpoints)
     torch_s = torch_time(torch_fn(op.name, task), [torch.from_numpy(a) for a in args[:n_in]])
-    return {"op": op.name, "task": task.name, "flops": task.flops, "default_s": default_s,
-            "autosched_s": ours_s, "metaschedule_s": ms_s, "torch_s": torch_s,
-            "ratio": ours_s / ms_s, "autosched_wall_s": ours_wall, "metaschedule_wall_s": ms_wall,
-            "autosched_curve": ours_curve, "metaschedule_curve": ms_curve, "trials": trials}
+    rows = {}
+    for k in checkpoints:
+        ours_s, out = time_tvm(ours_mods[k], tvm_target, args)
+        _check(out[n_in:], expected, f"autosched {op.name} @{k}")
+        ms_s, out = time_tvm(ms_mods[k], tvm_target, args)
+        _check(out[n_in:], expected, f"metaschedule {op.name} @{k}")
+        rows[k] = {"op": op.name, "task": task.name, "flops": task.flops,
+                   "default_s": default_s, "autosched_s": ours_s, "metaschedule_s": ms_s,
+                   "torch_s": torch_s, "ratio": ours_s / ms_s, "autosched_wall_s": ours_wall,
+                   "metaschedule_wall_s": ms_wall, "autosched_curve": ours_curve[:k],
+                   "metaschedule_curve": ms_curve[:k], "trials": k, "run_trials": trials}
+    return rows
 
 
 def print_table(rows) -> str:
@@ -85,8 +103,8 @@ def print_table(rows) -> str:
 
     body = [(r["op"], f"{r['autosched_s'] * 1e3:.3f}", f"{r['metaschedule_s'] * 1e3:.3f}",
              f"{r['ratio']:.2f}", f"{r['torch_s'] * 1e3:.3f}", f"{r['default_s'] * 1e3:.2f}",
-             f"{r['autosched_wall_s'] / r['trials']:.2f}",
-             f"{r['metaschedule_wall_s'] / r['trials']:.2f}") for r in rows]
+             f"{r['autosched_wall_s'] / r['run_trials']:.2f}",
+             f"{r['metaschedule_wall_s'] / r['run_trials']:.2f}") for r in rows]
     text = format_table(("op", "autosched ms", "MetaSchedule ms", "ratio", "torch ms",
                          "default ms", "ours s/trial", "MS s/trial"), body)
     geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
@@ -124,6 +142,9 @@ def plot(rows, path):
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--checkpoints", default="",
+                   help="comma-separated smaller budgets read from the same run")
+    p.add_argument("--db", default="", help="SQLite file that keeps autosched's records")
     p.add_argument("--ops", default=",".join(o.name for o in OPS))
     p.add_argument("--strategy", default="evolutionary")
     p.add_argument("--seed", type=int, default=1)
@@ -134,19 +155,32 @@ def main() -> int:
     target = resolve_target("llvm")
     os.makedirs(a.out, exist_ok=True)
     wanted = a.ops.split(",")
-    rows = []
-    for op in [o for o in OPS if o.name in wanted]:
-        print(f"== {op.name}", file=sys.stderr, flush=True)
-        rows.append(bench_op(op, a.trials, a.strategy, a.seed, target))
-        print(print_table(rows), file=sys.stderr, flush=True)
-    stem = os.path.join(a.out, f"vs_metaschedule_{a.trials}")
-    with open(stem + ".json", "w") as f:
-        json.dump({"target": target.config, "hardware": target.fingerprint, "rows": rows}, f,
-                  indent=1, default=lambda x: None if isinstance(x, float) and not math.isfinite(x) else str(x))
-    plot(rows, stem + ".png")
-    print(print_table(rows))
-    print(f"wrote {stem}.json and {stem}.png")
+    checkpoints = sorted({int(c) for c in a.checkpoints.split(",") if c} | {a.trials})
+    if checkpoints[0] < 1 or checkpoints[-1] > a.trials:
+        p.error("checkpoints must lie between 1 and --trials")
+    with tempfile.TemporaryDirectory() as tmp:
+        db_url = f"sqlite:///{os.path.abspath(a.db or os.path.join(tmp, 'bench.db'))}"
+        rows: dict[int, list] = {k: [] for k in checkpoints}
+        for op in [o for o in OPS if o.name in wanted]:
+            print(f"== {op.name}", file=sys.stderr, flush=True)
+            for k, row in bench_op(op, a.trials, checkpoints, a.strategy, a.seed, target,
+                                   db_url).items():
+                rows[k].append(row)
+            for k in checkpoints:
+                print(print_table(rows[k]), file=sys.stderr, flush=True)
+    for k in checkpoints:
+        stem = os.path.join(a.out, f"vs_metaschedule_{k}" + (f"_of_{a.trials}" if k != a.trials else ""))
+        with open(stem + ".json", "w") as f:
+            json.dump({"target": target.config, "hardware": target.fingerprint, "rows": rows[k]},
+                      f, indent=1, default=_json_default)
+        plot(rows[k], stem + ".png")
+        print(print_table(rows[k]))
+        print(f"wrote {stem}.json and {stem}.png")
     return 0
+
+
+def _json_default(x):
+    return None if isinstance(x, float) and not math.isfinite(x) else str(x)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,9 @@ class SearchSpace:
         self.sketches: dict[str, Sketch] = {s.name: s for s in rules.sketches(task, target)}
         if not self.sketches:
             raise ValueError(f"no sketch applies to {task.name} on {target.kind}")
+        # Sketches found to make no decision have exactly one candidate; random sampling
+        # skips them once seen (the tuner measures the default candidate first anyway).
+        self._fixed: set[str] = set()
 
     def _schedule(self, sketch: Sketch, decide: Decider):
         from tvm import s_tir
@@ -60,9 +63,9 @@ class SearchSpace:
 
     def sample(self, rng: random.Random, sketch: str | None = None) -> tuple[Candidate, object]:
         """A random valid candidate and its module (retries past refused decisions)."""
-        names = [sketch] if sketch else sorted(self.sketches)
         last = None
         for _ in range(_MAX_SAMPLE_TRIES):
+            names = [sketch] if sketch else self._sampled_sketches()
             name = rng.choice(names)
             decide = Decider(rng=rng, strict=False)
             try:
@@ -70,8 +73,14 @@ class SearchSpace:
             except InvalidCandidate as e:
                 last = e
                 continue
+            if not decide.made:
+                self._fixed.add(name)
             return Candidate.make(name, decide.made), mod
         raise InvalidCandidate(f"could not sample a valid schedule: {last}")
+
+    def _sampled_sketches(self) -> list[str]:
+        open_ = sorted(set(self.sketches) - self._fixed)
+        return open_ or sorted(self.sketches)
 
     def decision_specs(self, cand: Candidate) -> dict:
         """The spec of every decision the candidate's sketch makes."""
