@@ -118,7 +118,7 @@ def _run_tune(args) -> int:
 
 def _dry_run(tasks, config) -> int:
     from .dry_run import dry_run_task
-    from .progress import format_table
+    from .tables import format_table
     from .target import resolve_target
 
     target = resolve_target(config.target)

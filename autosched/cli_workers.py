@@ -51,7 +51,7 @@ def _tracker_address(text: str | None) -> tuple[str, int]:
 
 def run(args) -> int:
     from .measure.rpc_tracker import TrackerError, summary
-    from .progress import format_table
+    from .tables import format_table
 
     host, port = _tracker_address(args.tracker)
     try:

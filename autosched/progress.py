@@ -2,18 +2,12 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
 
+from .tables import format_table, latency_label
 from .tuner import Callback
-
-
-def _fmt_latency(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "-"
-    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.1f} us"
 
 
 class ProgressBar(Callback):
@@ -67,7 +61,7 @@ def summary_table(result) -> str:
     rows = []
     for s in result.tasks:
         fails = ", ".join(f"{k}={v}" for k, v in sorted(s.failures.items())) or "0"
-        rows.append((s.task.name, f"{s.task.flops / 1e9:.3f}", _fmt_latency(s.best_latency),
+        rows.append((s.task.name, f"{s.task.flops / 1e9:.3f}", latency_label(s.best_latency),
                      f"{s.best_gflops:.1f}", str(s.trials), fails))
     return format_table(header, rows)
 

@@ -1,11 +1,13 @@
 """`autosched report`: what the database knows, per task, as a table and tuning curves."""
 from __future__ import annotations
 
-import json
 import math
 import os
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+
+from .tables import format_table, gflops_label, latency_label, target_label
 
 
 @dataclass
@@ -33,11 +35,6 @@ class TaskSummary:
         return out
 
 
-def _target_label(target_key: str) -> str:
-    cfg = json.loads(target_key)
-    return f"{cfg.get('kind')}:{cfg.get('arch') or cfg.get('mcpu') or ''}"
-
-
 def summarize(db) -> list[TaskSummary]:
     """One summary per (task, target, hardware) in the database."""
     tasks = {t["key"]: t for t in db.tasks()}
@@ -48,7 +45,7 @@ def summarize(db) -> list[TaskSummary]:
             info = tasks.get(rec.task_key, {})
             args = ",".join(f"{k}={v}" for k, v in rec.args.items())
             groups[gkey] = TaskSummary(f"{rec.workload}({args})", rec.task_key,
-                                       _target_label(rec.target_key),
+                                       target_label(rec.target_key),
                                        str(rec.hardware.get("model") or rec.hardware.get("name")),
                                        float(info.get("flops") or 0.0))
         s = groups[gkey]
@@ -59,13 +56,10 @@ def summarize(db) -> list[TaskSummary]:
 
 
 def table(summaries: list[TaskSummary]) -> str:
-    from .progress import _fmt_latency, format_table
-
     rows = []
     for s in summaries:
-        gflops = s.flops / s.best / 1e9 if math.isfinite(s.best) and s.flops else 0.0
         fails = ", ".join(f"{k}={v}" for k, v in sorted(s.failures.items())) or "0"
-        rows.append((s.name, s.target, s.hardware, _fmt_latency(s.best), f"{gflops:.1f}",
+        rows.append((s.name, s.target, s.hardware, latency_label(s.best), gflops_label(s.flops, s.best),
                      str(len(s.latencies)), fails))
     return format_table(("task", "target", "hardware", "best latency", "GFLOP/s", "trials",
                          "failures"), rows)
@@ -81,7 +75,7 @@ def plot_curves(summaries: list[TaskSummary], out_dir: str) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     paths, used = [], defaultdict(int)
     for s in summaries:
-        stem = f"{s.name.split('(')[0]}-{s.task_key[:8]}-{s.target.replace(':', '_')}"
+        stem = re.sub(r"[^\w.-]+", "_", f"{s.name.split('(')[0]}-{s.task_key[:8]}-{s.target}")
         used[stem] += 1
         path = os.path.join(out_dir, f"{stem}{'' if used[stem] == 1 else used[stem]}.png")
         fig, ax = plt.subplots(figsize=(6, 3.5))

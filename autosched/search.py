@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Protocol
 
-from search_space import Candidate, Decider, InvalidCandidate, SearchSpace
+from search_space import Candidate, InvalidCandidate, SearchSpace
 
 from .errors import UserError
 
@@ -47,24 +47,6 @@ class RandomSearch:
 
     def update(self, space, candidates, mods, results):
         return None
-
-
-def adapt(space: SearchSpace, cand: Candidate, rng: random.Random):
-    """Replay `cand` in `space`, re-sampling the decisions that do not fit (a candidate
-    of a similar task with other extents); None when its sketch is not in the space."""
-    try:
-        return cand, space.apply(cand)
-    except InvalidCandidate:
-        pass
-    sketch = space.sketches.get(cand.sketch)
-    if sketch is None:
-        return None
-    decide = Decider(cand.values(), rng=rng, strict=False)
-    try:
-        mod = space._schedule(sketch, decide)  # the same replay `mutate` does, non-strict
-    except InvalidCandidate:
-        return None
-    return Candidate.make(cand.sketch, decide.made), mod
 
 
 class EvolutionarySearch:
@@ -132,7 +114,7 @@ class EvolutionarySearch:
         parents = list(self._seeds.values()) + [c for _, _, c in self._best]
         pop = []
         for cand in parents:
-            got = adapt(space, cand, rng)
+            got = space.adapt(cand, rng)
             if got is not None and got[0].key not in visited:
                 visited[got[0].key] = got
                 pop.append(got)

@@ -48,3 +48,23 @@ def torch_fn(name: str, task):
         "dense_bias_gelu": lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"),
     }
     return fns[name]
+
+
+def recorded(db_url: str, task_key: str) -> list:
+    """A task's records in `db_url`, in the order they were measured."""
+    from autosched.db import open_database
+
+    db = open_database(db_url)
+    try:
+        return db.records(task_key=task_key)
+    finally:
+        db.close()
+
+
+def best_so_far(records) -> list[float]:
+    """The best latency after each record (inf until one succeeds)."""
+    out, best = [], float("inf")
+    for rec in records:
+        best = min(best, rec.latency)
+        out.append(best)
+    return out

@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ops import OPS, torch_fn  # noqa: E402
+from ops import OPS, best_so_far, recorded, torch_fn  # noqa: E402
 from peers import metaschedule, random_args, time_tvm, torch_time  # noqa: E402
 
 
@@ -36,31 +36,21 @@ def tune_autosched(task, trials: int, strategy: str, seed: int, url: str, checkp
     from search_space import Candidate, generate_space
 
     from autosched.config import TuneConfig
-    from autosched.db import open_database
     from autosched.tuner import tune_tasks
 
-    db = open_database(url)
-    before = len(db.records(task_key=task.key))
-    db.close()
+    before = len(recorded(url, task.key))
     config = TuneConfig(target="llvm", trials=trials, db_url=url, strategy=strategy,
                         seed=seed, work_dir=os.path.dirname(url.removeprefix("sqlite:///")))
     start = time.perf_counter()
     result = tune_tasks([task], config)
     wall = time.perf_counter() - start
-    db = open_database(url)
-    records = db.records(task_key=task.key)[before:]
-    db.close()
-    curve, best = [], math.inf
-    for rec in records:
-        best = min(best, rec.latency)
-        curve.append(best)
+    records = recorded(url, task.key)[before:]
     space = generate_space(task, result.target)
     mods = {}
     for k in checkpoints:
-        ok = [r for r in records[:k] if math.isfinite(r.latency)]
-        pick = min(ok, key=lambda r: r.latency)
+        pick = min(records[:k], key=lambda r: r.latency)
         mods[k] = space.apply(Candidate.from_json(pick.candidate))
-    return mods, wall, curve
+    return mods, wall, best_so_far(records)
 
 
 def _check(outputs, expected, name):
@@ -99,7 +89,7 @@ def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url):
 
 
 def print_table(rows) -> str:
-    from autosched.progress import format_table
+    from autosched.tables import format_table
 
     body = [(r["op"], f"{r['autosched_s'] * 1e3:.3f}", f"{r['metaschedule_s'] * 1e3:.3f}",
              f"{r['ratio']:.2f}", f"{r['torch_s'] * 1e3:.3f}", f"{r['default_s'] * 1e3:.2f}",

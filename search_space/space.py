@@ -98,15 +98,34 @@ class SearchSpace:
         for _ in range(_MAX_SAMPLE_TRIES):
             name = rng.choice(sorted(specs))
             fixed = dict(values, **{name: specs[name].mutate(values[name], rng)})
-            decide = Decider(fixed, rng=rng, strict=False)
             try:
-                mod = self._schedule(self._sketch(cand.sketch), decide)
+                mutant, mod = self._replay_loosely(cand.sketch, fixed, rng)
             except InvalidCandidate:
                 continue
-            mutant = Candidate.make(cand.sketch, decide.made)
             if mutant != cand:
                 return mutant, mod
         return self.sample(rng, cand.sketch)
+
+    def adapt(self, cand: Candidate, rng: random.Random):
+        """Replay `cand`, re-sampling the decisions that do not fit (a candidate of a
+        similar task with other extents): (candidate, module), or None when its sketch
+        is not in this space or no fitting replay is found."""
+        try:
+            return cand, self.apply(cand)
+        except InvalidCandidate:
+            pass
+        if cand.sketch not in self.sketches:
+            return None
+        try:
+            return self._replay_loosely(cand.sketch, cand.values(), rng)
+        except InvalidCandidate:
+            return None
+
+    def _replay_loosely(self, sketch: str, values: dict, rng: random.Random):
+        """Replay `values`, sampling a decision wherever a value is missing or refused."""
+        decide = Decider(values, rng=rng, strict=False)
+        mod = self._schedule(self._sketch(sketch), decide)
+        return Candidate.make(sketch, decide.made), mod
 
     def check(self, mod) -> str | None:
         """None when the module fits the target's limits, else why not."""

@@ -23,7 +23,15 @@ def run_cli(*args: str, cwd: str | os.PathLike | None = None, timeout: float = 6
                           capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
+def target():
+    """This machine's llvm target (a TargetSpec)."""
+    from autosched.target import resolve_target
+
+    return resolve_target("llvm")
+
+
+@pytest.fixture(scope="session")
 def examples_dir() -> Path:
     return EXAMPLES
 

@@ -1,39 +1,13 @@
 """Plain-text tables for `autosched db stats` and `autosched db best`."""
 from __future__ import annotations
 
-import json
-
-
-def table(header: list[str], rows: list[list[str]], right: int = 0) -> str:
-    """Columns padded to their widest cell; the last `right` columns (numbers) are
-    right-aligned."""
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-    first_right = len(header) - right
-
-    def line(cells):
-        out = [c.rjust(w) if i >= first_right else c.ljust(w)
-               for i, (c, w) in enumerate(zip(cells, widths))]
-        return "  ".join(out).rstrip()
-
-    return "\n".join([line(header)] + [line([str(c) for c in r]) for r in rows])
+from ..tables import format_table, gflops_label, target_label
 
 
 def workload_label(workload: str, args: dict, width: int = 40) -> str:
     inner = ",".join(f"{k}={v}" for k, v in args.items())
     label = f"{workload}({inner})"
     return label if len(label) <= width else label[:width - 3] + "..."
-
-
-def target_label(target_key: str) -> str:
-    """`llvm skylake-avx512`, `cuda sm_90`: the kind and what distinguishes it."""
-    try:
-        cfg = json.loads(target_key)
-    except ValueError:
-        return target_key[:30]
-    if not isinstance(cfg, dict):
-        return target_key[:30]
-    detail = cfg.get("mcpu") or cfg.get("arch") or ""
-    return f"{cfg.get('kind', '?')} {detail}".strip()
 
 
 def hardware_label(fingerprint: dict, hardware_key: str, width: int = 28) -> str:
@@ -45,12 +19,6 @@ def hardware_label(fingerprint: dict, hardware_key: str, width: int = 28) -> str
 
 def ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.4f}"
-
-
-def gflops(flops: float | None, seconds: float | None) -> str:
-    if not flops or not seconds:
-        return "-"
-    return f"{flops / seconds / 1e9:.1f}"
 
 
 def versions_label(versions: dict) -> str:
@@ -72,8 +40,8 @@ def stats_text(stats: dict) -> str:
              target_label(g["target_key"]), hardware_label(g["hardware"], g["hardware_key"]),
              versions_label(g["versions"]), str(g["records"]), str(g["ok"]),
              str(g["records"] - g["ok"]), ms(g["best_latency"]),
-             gflops(g["flops"], g["best_latency"])] for g in stats["groups"]]
-    return "\n".join(lines + ["", table(header, rows, right=5)])
+             gflops_label(g["flops"], g["best_latency"])] for g in stats["groups"]]
+    return "\n".join(lines + ["", format_table(header, rows, right=5, rule=False)])
 
 
 def best_text(entries: list[dict]) -> str:
@@ -87,5 +55,5 @@ def best_text(entries: list[dict]) -> str:
         rows.append([workload_label(r.workload, r.args), r.task_key[:12],
                      target_label(r.target_key), hardware_label(r.hardware, r.hardware_key),
                      versions_label(r.versions), r.candidate_key[:12], str(e["rank"]),
-                     ms(r.latency), gflops(e["flops"], r.latency), str(r.id)])
-    return table(header, rows, right=4)
+                     ms(r.latency), gflops_label(e["flops"], r.latency), str(r.id)])
+    return format_table(header, rows, right=4, rule=False)

@@ -32,18 +32,6 @@ def task_of():
 
 
 @pytest.fixture(scope="session")
-def examples_dir():
-    return EXAMPLES
-
-
-@pytest.fixture(scope="session")
-def target():
-    from autosched.target import resolve_target
-
-    return resolve_target("llvm")
-
-
-@pytest.fixture(scope="session")
 def settings():
     from autosched.measure import MeasureSettings
 

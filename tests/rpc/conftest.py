@@ -46,13 +46,6 @@ def key():
 
 
 @pytest.fixture(scope="session")
-def target():
-    from autosched.target import resolve_target
-
-    return resolve_target("llvm")
-
-
-@pytest.fixture(scope="session")
 def settings():
     from autosched.measure import MeasureSettings
 

@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from autosched.errors import UserError
-from autosched.search import STRATEGIES, EvolutionarySearch, RandomSearch, adapt, make_strategy
+from autosched.search import STRATEGIES, EvolutionarySearch, RandomSearch, make_strategy
 from search_space import Candidate
 
 
@@ -87,11 +87,11 @@ def test_seeds_from_a_similar_task_are_adapted_into_this_space(synthetic, matmul
     other = synthetic.make_space(synthetic.matmul_task(128, 64, 32))
     foreign, _ = other.sample(random.Random(0))
     rng = random.Random(0)
-    cand, mod = adapt(matmul_space, foreign, rng)
+    cand, mod = matmul_space.adapt(foreign, rng)
     assert cand.sketch == "tile" and matmul_space.apply(cand).script() == mod.script()
     for name in ("parallel", "vectorize", "unroll", "cache_write"):  # choices carry over
         assert cand.values()[name] == foreign.values()[name]
-    assert adapt(matmul_space, Candidate.make("nonexistent", {}), rng) is None
+    assert matmul_space.adapt(Candidate.make("nonexistent", {}), rng) is None
     own, _ = matmul_space.sample(rng)
     search = EvolutionarySearch(population=8, generations=0, seed=0)
     search.seed_candidates([own, foreign, Candidate.make("nonexistent", {})])

@@ -53,13 +53,6 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="session")
-def target():
-    from autosched.target import resolve_target
-
-    return resolve_target("llvm")
-
-
 _TASKS = {}
 
 

@@ -1,0 +1,150 @@
+"""Does a model trained on other tasks' records make tuning a new task cheaper?
+
+    python bench/transfer_curve.py --db logs/bench_vs_ms.db --held-out matmul,dense_bias_gelu
+                                   [--trials 256] [--seed 1] [--out bench/results]
+
+For each held-out operator of bench/ops.py: train a cost model on every record in `--db`
+(llvm, this TVM and space version) of the *other* operators (the held-out task's own
+records are excluded), then tune the held-out task twice from an empty database, with
+the same seed and budget: cold (the cost model starts untrained) and transferred
+(`--model` = the trained model). The reference is the best latency of the cold
+256-trial run; each curve's "trials to 90%" is the first trial whose best-so-far is
+within 90% of that reference's throughput (latency <= best / 0.9). Prints both counts
+and their ratio, writes JSON and a PNG of both curves.
+
+`--db` is the database bench/vs_metaschedule.py keeps with `--db` (7 operators x 256
+records): run that first.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from ops import EXAMPLES, OPS, best_so_far, recorded  # noqa: E402
+
+
+def train_model(db_url: str, held_key: str, path: str) -> dict:
+    """Train on every usable llvm record except the held-out task's; returns the report."""
+    from cost_model.features import FeatureConfig
+    from cost_model.transfer import TransferReport, groups_from_database, train_from_records
+    from cost_model.xgb_ranker import XGBRanker
+    from search_space import SPACE_VERSION
+
+    from autosched.db import open_database
+    from autosched.versions import current_versions
+
+    db = open_database(db_url, create=False)
+    try:
+        report = TransferReport()
+        groups = groups_from_database(db, [str(p) for p in sorted(EXAMPLES.glob("*.py"))],
+                                      "llvm", current_versions(SPACE_VERSION), report)
+    finally:
+        db.close()
+    groups = [g for g in groups if g[0].key != held_key]
+    if not groups:
+        raise SystemExit(f"{db_url}: no records of other tasks to train on")
+    model = train_from_records(groups, None, report=report,
+                               model=XGBRanker(features=FeatureConfig(target_kind="llvm")))
+    model.save(path)
+    return {**report.to_json(), "tasks": sorted({g[0].name for g in groups})}
+
+
+def tune_curve(task, trials: int, seed: int, work_dir: str, model_path: str | None):
+    """Best-so-far latency per trial of one tuning run from an empty database."""
+    from autosched.config import TuneConfig
+    from autosched.tuner import tune_tasks
+
+    url = f"sqlite:///{work_dir}/tune.db"
+    start = time.perf_counter()
+    tune_tasks([task], TuneConfig(target="llvm", trials=trials, db_url=url, seed=seed,
+                                  work_dir=work_dir, model_path=model_path))
+    wall = time.perf_counter() - start
+    return best_so_far(recorded(url, task.key)), wall
+
+
+def trials_to_reach(curve, latency: float) -> int | None:
+    return next((i + 1 for i, x in enumerate(curve) if x <= latency), None)
+
+
+def run_op(op, trials: int, seed: int, db_url: str) -> dict:
+    task = op.task()
+    with tempfile.TemporaryDirectory() as tmp:
+        model_path = os.path.join(tmp, "model.json")
+        report = train_model(db_url, task.key, model_path)
+        curves, walls = {}, {}
+        for name, path in (("cold", None), ("transfer", model_path)):
+            work = os.path.join(tmp, name)
+            os.makedirs(work)
+            print(f"== {op.name}: {name}", file=sys.stderr, flush=True)
+            curves[name], walls[name] = tune_curve(task, trials, seed, work, path)
+    goal = curves["cold"][-1] / 0.9
+    reach = {name: trials_to_reach(c, goal) for name, c in curves.items()}
+    return {"op": op.name, "flops": task.flops, "trials": trials, "trained_on": report,
+            "cold_best_s": curves["cold"][-1], "transfer_best_s": curves["transfer"][-1],
+            "goal_s": goal, "trials_to_goal": reach, "wall_s": walls, "curves": curves}
+
+
+def plot(rows, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(rows), figsize=(4.5 * len(rows), 3.2), squeeze=False)
+    for ax, r in zip(axes.flat, rows):
+        for name, curve in r["curves"].items():
+            g = [r["flops"] / s / 1e9 if math.isfinite(s) else 0.0 for s in curve]
+            ax.plot(range(1, len(g) + 1), g, drawstyle="steps-post",
+                    label=f"{name} (90% at {r['trials_to_goal'][name]})")
+        ax.axhline(r["flops"] / r["goal_s"] / 1e9, color="gray", ls="--", lw=0.8,
+                   label="90% of cold best")
+        ax.set_title(r["op"], fontsize=9)
+        ax.set_xlabel("trials")
+        ax.set_ylabel("best GFLOP/s")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--db", default="logs/bench_vs_ms.db", help="SQLite file with the records")
+    p.add_argument("--held-out", default="matmul,dense_bias_gelu")
+    p.add_argument("--trials", type=int, default=256)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default="bench/results")
+    a = p.parse_args()
+    if not os.path.exists(a.db):
+        p.error(f"--db {a.db}: not found (run bench/vs_metaschedule.py --db {a.db} first)")
+    db_url = f"sqlite:///{os.path.abspath(a.db)}"
+    names = a.held_out.split(",")
+    unknown = set(names) - {o.name for o in OPS}
+    if unknown:
+        p.error(f"--held-out: unknown operators {sorted(unknown)}")
+    rows = [run_op(op, a.trials, a.seed, db_url) for op in OPS if op.name in names]
+    os.makedirs(a.out, exist_ok=True)
+    stem = os.path.join(a.out, f"transfer_curve_{a.trials}")
+    with open(stem + ".json", "w") as f:
+        json.dump(rows, f, indent=1, default=lambda x: None)
+    plot(rows, stem + ".png")
+    for r in rows:
+        cold, warm = r["trials_to_goal"]["cold"], r["trials_to_goal"]["transfer"]
+        ratio = f"{warm / cold:.2f}" if cold and warm else "n/a"
+        print(f"{r['op']:18s} trained on {r['trained_on']['rows']} records of "
+              f"{len(r['trained_on']['tasks'])} tasks; 90% of the cold {a.trials}-trial best "
+              f"({r['cold_best_s'] * 1e3:.3f} ms): cold {cold} trials, transfer {warm} "
+              f"(ratio {ratio}); transfer's own best {r['transfer_best_s'] * 1e3:.3f} ms")
+    print(f"wrote {stem}.json and {stem}.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
