@@ -31,6 +31,9 @@ def add_parser(subparsers):
     p.add_argument("--threads", type=int, help="torch CPU threads while profiling")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="time measurements in wall time or process CPU time")
+    p.add_argument("--memeff-library", metavar="DIR",
+                   help="exported library of autosched/runtime/memeff_workloads.py: the "
+                        "memory-efficient GELU runs (and is measured with) its fused kernel")
     p.set_defaults(func=run)
     return p
 
@@ -47,6 +50,10 @@ def _check(args) -> None:
         raise UserError(f"--repeats must be >= 1, got {args.repeats}")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
+    if args.memeff_library and not os.path.isfile(
+            os.path.join(args.memeff_library, "manifest.json")):
+        raise UserError(f"--memeff-library {args.memeff_library}: no manifest.json there "
+                        "(make one with `autosched export`)")
     if args.output and os.path.isdir(args.output):
         raise UserError(f"-o {args.output}: is a directory")
     if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
@@ -65,15 +72,30 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     spec = load_model_file(args.model_file)
+    kernels = _memeff_kernels(args.memeff_library) if args.memeff_library else None
     offload = {"auto": None, "yes": True, "no": False}[args.allow_offload]
     result = plan(spec.model, spec.inputs, args.memory_budget, spec.loss_fn,
                   layers=args.layers, allow_offload=offload, time_limit_s=args.time_limit,
-                  mip_gap=args.gap, repeats=args.repeats, clock=args.clock)
+                  mip_gap=args.gap, repeats=args.repeats, clock=args.clock, kernels=kernels)
     print(result.table())
     if args.output:
         _write_atomic(args.output, result.to_json())
         print(f"wrote {args.output}")
     return 0
+
+
+def _memeff_kernels(directory: str) -> dict:
+    from .runtime.memeff_library import GELU_WORKLOAD, memeff_library_kernels
+    from .torch.errors import LibraryError
+
+    try:
+        kernels = memeff_library_kernels(directory)
+    except LibraryError as e:
+        raise UserError(f"--memeff-library {directory}: {e}") from None
+    if not kernels:
+        raise UserError(f"--memeff-library {directory}: the library has no {GELU_WORKLOAD} "
+                        "kernels")
+    return kernels
 
 
 def _write_atomic(path: str, text: str) -> None:

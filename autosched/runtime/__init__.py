@@ -12,7 +12,8 @@ fits the budget. torch is imported only when these names are used.
 """
 from ..errors import UserError
 
-__all__ = ["plan", "apply", "Plan", "profile_model", "parse_budget", "UserError"]
+__all__ = ["plan", "apply", "Plan", "profile_model", "parse_budget", "memeff_library_kernels",
+           "UserError"]
 
 
 def __getattr__(name):
@@ -28,6 +29,9 @@ def __getattr__(name):
     if name == "profile_model":
         from .profile import profile_model
         return profile_model
+    if name == "memeff_library_kernels":
+        from .memeff_library import memeff_library_kernels
+        return memeff_library_kernels
     if name == "parse_budget":
         from .units import parse_budget
         return parse_budget

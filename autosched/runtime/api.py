@@ -23,7 +23,7 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
          allow_offload: bool | None = None, actions: list[str] | None = None,
          time_limit_s: float = 10.0, mip_gap: float = 1e-3, repeats: int = 5,
          bandwidth_path=None, profile=None, kernel_ids: dict | None = None,
-         clock: str = "wall") -> Plan:
+         clock: str = "wall", kernels: dict | None = None) -> Plan:
     """Profile `model` on `example_inputs` and choose an action per layer within the budget.
 
     memory_budget: bytes, or a string "2GiB" / "512MiB" / "1.5GB" / "60%" (a percentage of
@@ -31,7 +31,9 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
     on CUDA only (on the CPU host and device memory are the same RAM). `profile` reuses a
     ModelProfile (from profile_model) instead of measuring again. `kernel_ids` maps
     autosched op names ("autosched::dense") to the record ids of their kernels. clock:
-    "wall" or "cpu" time for the measurements (see step.clock_fn).
+    "wall" or "cpu" time for the measurements (see step.clock_fn). kernels: the
+    memory-efficient kernels by kind (memeff_library.memeff_library_kernels); the plan is
+    measured with them and must be applied with the same (`apply(model, plan, kernels)`).
     """
     from .layers import find_layers
     from .planner import solve
@@ -46,7 +48,7 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
             allow_offload = _on_cuda(model)
         profile = profile_model(model, inputs, loss_fn, layers=layers, actions=actions,
                                 allow_offload=allow_offload, repeats=repeats,
-                                bandwidth_path=bandwidth_path, clock=clock)
+                                bandwidth_path=bandwidth_path, clock=clock, kernels=kernels)
     budget = parse_budget(memory_budget, profile.keep_saved_bytes)
     solution = solve(profile, budget, time_limit_s, mip_gap)
     found = find_layers(model, profile.container)
@@ -68,7 +70,7 @@ def build_plan(model, profile, solution, budget: int, spec: str, fp: str, kernel
         c = layer.options[name]
         layers.append(LayerPlan(
             name=layer.name, index=layer.index, action=name,
-            kernel=_kernel(name, layer.custom_ops, kernel_ids),
+            kernel=_kernel(name, layer.custom_ops, kernel_ids, profile.memeff_kernels),
             stream=_streams(name, profile.bandwidth.overlap),
             predicted={"time_s": pred.layer_time_s[i], "fwd_s": f, "bwd_s": b,
                        "exposed_transfer_s": exposed[i], "saved_bytes": pred.layer_bytes[i],
@@ -104,11 +106,13 @@ def _choice(profile, layer, name) -> dict:
             "host_bytes": c.host_bytes}
 
 
-def _kernel(action: str, custom_ops, kernel_ids) -> str:
-    """Which kernels the layer runs: torch, or autosched ops with their record ids."""
-    if not custom_ops:
-        return "torch"
-    return "; ".join(f"{op}={kernel_ids.get(op, 'unknown')}" for op in custom_ops)
+def _kernel(action: str, custom_ops, kernel_ids, memeff_kernels) -> str:
+    """Which kernels the layer runs: torch, or autosched ops with their record ids, and
+    the memory-efficient forms' kernels where the action uses a non-torch one."""
+    parts = [f"{op}={kernel_ids.get(op, 'unknown')}" for op in custom_ops]
+    parts += [f"memeff_{kind}={kid}" for kind in ACTIONS[action].memeff
+              if (kid := memeff_kernels.get(kind, "torch")) != "torch"]
+    return "; ".join(parts) or "torch"
 
 
 def _streams(action: str, overlap: bool) -> dict:

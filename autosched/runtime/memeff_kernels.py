@@ -105,7 +105,9 @@ def gelu_tables(approximate: str = "none") -> GeluTables:
 
 
 @functools.lru_cache(maxsize=16)
-def _device_tables(approximate: str, dtype: torch.dtype, device: str):
+def device_tables(approximate: str, dtype: torch.dtype, device: str):
+    """(table, slope): the left and right derivative tables end to end, and the step to
+    each next entry, as `dtype` on `device` (inputs of the fused workload too)."""
     t = gelu_tables(approximate)
     both = torch.cat([t.left, t.right])
     slope = torch.cat([both[1:] - both[:-1], both[:1] * 0])
@@ -129,8 +131,14 @@ def gelu_backward(grad_y, y, mask, approximate: str = "none"):
     i = pos.to(torch.int64).clamp_(max=n - 2)
     frac = pos - i
     i += mask.to(torch.int64) * n
-    table, slope = _device_tables(approximate, y.dtype, str(y.device))
+    table, slope = device_tables(approximate, y.dtype, str(y.device))
     return grad_y * table.take(i).addcmul_(frac, slope.take(i))
+
+
+def gelu_grad_reference(grad_y, y, mask, table, slope, approximate: str = "none"):
+    """torch reference of the fused `memeff_gelu_grad` workload (memeff_workloads.py)."""
+    del table, slope  # the same tables, built here from `approximate`
+    return gelu_backward(grad_y, y, mask != 0, approximate)
 
 
 # -- LayerNorm ---------------------------------------------------------------------------

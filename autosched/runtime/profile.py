@@ -65,6 +65,7 @@ class ModelProfile:
     device: str
     container: str                 # qualified name of the module whose children are layers
     layer_rule: str
+    memeff_kernels: dict = field(default_factory=dict)  # kind -> Kernel.id measured with
 
 
 def _detached(obj):
@@ -170,10 +171,13 @@ def applicable_actions(module, trace, allow_offload: bool) -> list[str]:
 def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
                   actions: list[str] | None = None, allow_offload: bool = False,
                   repeats: int = 5, bandwidth: Bandwidth | None = None,
-                  bandwidth_path=None, clock: str = "wall") -> ModelProfile:
+                  bandwidth_path=None, clock: str = "wall",
+                  kernels: dict | None = None) -> ModelProfile:
     """Measure everything the planner needs (see the module docstring).
 
     clock: "wall" or "cpu" (see step.clock_fn); predictions are in the same clock.
+    kernels: the memory-efficient kernels by kind ({"gelu": Kernel}, see
+    memeff_library); the memeff actions are measured with them (default: torch's).
     """
     clock_fn(clock)
     found = find_layers(model, layers)
@@ -181,14 +185,14 @@ def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
     saved_grads = {p: p.grad for p in model.parameters()}
     try:
         return _profile(model, inputs, loss_fn, found, container, layers is not None, actions,
-                        allow_offload, repeats, bandwidth, bandwidth_path, clock)
+                        allow_offload, repeats, bandwidth, bandwidth_path, clock, kernels or {})
     finally:
         for p, g in saved_grads.items():
             p.grad = g
 
 
 def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_offload,
-             repeats, bandwidth, bandwidth_path, clock) -> ModelProfile:
+             repeats, bandwidth, bandwidth_path, clock, kernels) -> ModelProfile:
     exclude = model_state(model)
     meter = SavedTensorMeter(exclude)
     capture = CallCapture(found, on_enter=lambda n: setattr(meter, "context", n),
@@ -217,18 +221,19 @@ def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_
     device = next((t.device for t in exclude), torch.device("cpu"))
     step = measure_step(model, inputs, loss_fn, repeats=repeats, clock=clock)
     profiles = _profile_layers(found, calls, exclude, shared_ids, out_ids, actions,
-                               allow_offload, repeats, clock_fn(clock))
+                               allow_offload, repeats, clock_fn(clock), kernels)
     step2 = measure_step(model, inputs, loss_fn, repeats=repeats, clock=clock)
     keep_time = statistics.median(step.times_s + step2.times_s)
     rest_time = keep_time - sum(p.options["keep"].time_s for p in profiles)
     bw = bandwidth or host_device_bandwidth(device, bandwidth_path, clock=clock)
     return ModelProfile(profiles, shared_bytes, rest_bytes, frozenset(rest_shared), rest_time,
                         keep_time, keep_bytes, bw, str(device), container,
-                        "given" if explicit else "largest ModuleList/Sequential")
+                        "given" if explicit else "largest ModuleList/Sequential",
+                        {kind: k.id for kind, k in kernels.items()})
 
 
 def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_offload,
-                    repeats, now) -> list[LayerProfile]:
+                    repeats, now, kernels) -> list[LayerProfile]:
     """Bytes per layer and action; times pooled over layers with the same signature (each
     runs `repeats` times, the median is over all their runs), so identical blocks get the
     same, steadier, numbers."""
@@ -246,7 +251,7 @@ def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_o
             fwd, bwd = [], []
             for layer in members:
                 body = PlannedLayer(layer.module, ACTIONS[name], layer.index, None,
-                                    info[layer.name][2])
+                                    info[layer.name][2], kernels)
                 call = calls[layer.name]
                 saved[layer.name, name] = _saved_by(body, call, exclude, shared_ids,
                                                     out_ids[layer.name])

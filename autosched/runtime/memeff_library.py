@@ -1,0 +1,50 @@
+"""Memory-efficient kernels from an exported autosched library (memeff_workloads.py).
+
+    kernels = memeff_library_kernels("memeff_lib")       # {"gelu": Kernel} (or {})
+    plan = autosched.runtime.plan(model, inputs, "40%", kernels=kernels)
+    trained = autosched.runtime.apply(model, plan, kernels)
+
+The fused `memeff_gelu_grad` kernel replaces the eager backward of the memory-efficient
+GELU for the shapes (rows x last dimension), GELU variant and dtype the library was built
+for; any other call runs the torch kernel, so a model with several GELU widths stays
+correct. The Kernel's id names the records the kernels came from, which plans report.
+"""
+from __future__ import annotations
+
+import torch
+
+from .memeff_kernels import Kernel, device_tables, gelu_backward, gelu_forward
+
+GELU_WORKLOAD = "memeff_gelu_grad"
+
+
+def memeff_library_kernels(library_dir, check_hardware: bool = True) -> dict:
+    """{"gelu": Kernel} when the library at `library_dir` has `memeff_gelu_grad` kernels,
+    else {}. Raises autosched.torch's LibraryError for a library unfit for this process."""
+    from autosched.torch import load_library
+
+    library = load_library(str(library_dir), check_hardware=check_hardware)
+    entries = [e for e in library.manifest.kernels if e.workload == GELU_WORKLOAD]
+    if not entries:
+        return {}
+    variants = {(e.args["M"], e.args["N"], e.args["approximate"], e.args["dtype"])
+                for e in entries}
+    ids = sorted({str(e.record_id) for e in entries if e.record_id is not None})
+    kernel_id = f"{GELU_WORKLOAD}#" + ",".join(ids or ["unrecorded"])
+    return {"gelu": Kernel(kernel_id, gelu_forward,
+                           _fused_gelu_backward(library[GELU_WORKLOAD], variants))}
+
+
+def _fused_gelu_backward(op, variants: set):
+    def backward(grad_y, y, mask, approximate: str = "none"):
+        n = y.shape[-1] if y.dim() else 1
+        rows = y.numel() // max(n, 1)
+        dtype = str(y.dtype).removeprefix("torch.")
+        if (rows, n, approximate, dtype) not in variants:
+            return gelu_backward(grad_y, y, mask, approximate)
+        table, slope = device_tables(approximate, y.dtype, str(y.device))
+        grad_x = op(grad_y.reshape(rows, n).contiguous(), y.reshape(rows, n).contiguous(),
+                    mask.reshape(rows, n).contiguous().view(torch.uint8), table, slope)
+        return grad_x.reshape(y.shape)
+
+    return backward
