@@ -1,6 +1,7 @@
 """How well the cost model ranks real kernels of tasks it has not seen, cold vs transferred.
 
     python bench/cost_model_accuracy.py [--space cpu|test-tiling] [--per-task 48] [--local 16]
+    python bench/cost_model_accuracy.py --db logs/bench_vs_ms.db [--local 16]
 
 1. Measure `--per-task` random candidates of each task on this machine with the
    product's measurer (isolated builds, output checks, time_evaluator); results are
@@ -15,6 +16,11 @@
    latencies, failures slowest) and top-5 ratio (true best latency of the test set /
    best latency among the model's top 5: 1.0 means the top 5 hold the best kernel).
 3. Prints one table and writes `--out` (JSON).
+
+`--db FILE` skips step 1 and holds out each task of a tuning database instead (for
+example the seven operators bench/vs_metaschedule.py --db keeps): the candidates are
+then the ones a search chose to measure, mostly good ones, which are harder to order
+than random samples.
 
 `--space test-tiling` uses the matmul tiling sketch of the test suite
 (tests/search/synthetic.py); `cpu` uses the product's CPU rules.
@@ -39,6 +45,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "bench"))  # ops
 
 from autosched.measure import MeasureInput, MeasureResult, MeasureSettings  # noqa: E402
 from autosched.target import resolve_target  # noqa: E402
@@ -91,6 +98,26 @@ def measure_tasks(tasks, target, make_space, per_task: int, cache: str, seed: in
                 out.flush()
                 print(f"  {task.name}: {len(have)}/{per_task} measured", file=sys.stderr)
     return done
+
+
+def database_tasks(path: str):
+    """(tasks, {task key: [(candidate, result), ...]}) of this machine's llvm records."""
+    from ops import op_files
+
+    from cost_model.transfer import groups_from_database
+    from search_space import SPACE_VERSION
+
+    from autosched.db import open_database
+    from autosched.versions import current_versions
+
+    if not os.path.exists(path):
+        raise SystemExit(f"--db {path}: not found")
+    db = open_database(f"sqlite:///{os.path.abspath(path)}", create=False)
+    try:
+        groups = groups_from_database(db, op_files(), "llvm", current_versions(SPACE_VERSION))
+    finally:
+        db.close()
+    return [g[0] for g in groups], {g[0].key: g[2] for g in groups}
 
 
 def pairwise_accuracy(scores, lat) -> float:
@@ -182,13 +209,18 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", default="logs/bench_cost_model_records.jsonl")
     ap.add_argument("--out", default="logs/bench_cost_model.json")
+    ap.add_argument("--db", help="SQLite file of tuning records: hold out each of its tasks")
     args = ap.parse_args()
-    os.makedirs(os.path.dirname(args.cache) or ".", exist_ok=True)
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     target = resolve_target("llvm")
-    wdef = load_op_file(str(ROOT / "examples" / "matmul.py"))["matmul"]
-    tasks = [make_task(wdef, {"M": m, "N": n, "K": k, "dtype": "float32"}) for m, n, k in SHAPES]
     make_space = space_factory(args.space)
-    data = measure_tasks(tasks, target, make_space, args.per_task, args.cache, args.seed)
+    if args.db:
+        tasks, data = database_tasks(args.db)
+    else:
+        wdef = load_op_file(str(ROOT / "examples" / "matmul.py"))["matmul"]
+        tasks = [make_task(wdef, {"M": m, "N": n, "K": k, "dtype": "float32"})
+                 for m, n, k in SHAPES]
+        data = measure_tasks(tasks, target, make_space, args.per_task, args.cache, args.seed)
     feats = Features(tasks, target, make_space, data)
     rows = evaluate(tasks, data, feats, args.local, args.seed)
     summary = {}
@@ -202,7 +234,7 @@ def main() -> int:
           f"ours+psf {1e3 * feats.seconds[True]:.2f}")
     failures = sum(1 for t in tasks for _, r in data[t.key] if not r.ok)
     with open(args.out, "w") as f:
-        json.dump({"space": args.space, "tasks": [t.name for t in tasks],
+        json.dump({"space": args.space, "db": args.db, "tasks": [t.name for t in tasks],
                    "per_task": args.per_task, "local": args.local, "failures": failures,
                    "feature_ms": {k: 1e3 * v for k, v in feats.seconds.items()},
                    "summary": summary, "rows": rows}, f, indent=1)

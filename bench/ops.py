@@ -31,6 +31,11 @@ OPS = [
 ]
 
 
+def op_files() -> list[str]:
+    """The example op files defining the benchmarked operators."""
+    return sorted({str(EXAMPLES / o.op_file) for o in OPS})
+
+
 def torch_fn(name: str, task):
     """A torch function computing the same operator, and how to build its inputs."""
     import torch

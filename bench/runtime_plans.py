@@ -1,6 +1,7 @@
 """Plans against hand-written checkpointing strategies, side by side, one run.
 
     PYTHONPATH=. python bench/runtime_plans.py [--layers 6 --width 256 --seq 128 --batch 8]
+                                               [--memeff-library logs/memeff_lib]
 
 For the GPT example (fp32, one thread) at budgets of 100/60/40/25% of its activation
 memory without checkpointing, every strategy is applied and measured in the same run:
@@ -16,6 +17,11 @@ memory without checkpointing, every strategy is applied and measured in the same
 * reference         no checkpointing, measured in every group: its error column shows how
                     far the machine drifted from the profile (other processes' load)
 
+With `--memeff-library DIR` the memory-efficient GELU runs the fused autosched kernel
+(autosched/runtime/memeff_workloads.py) in the plans; when DIR has no library yet, the
+GELU shape of this model is tuned (`--memeff-trials`) and exported there first. TVM's
+thread pool gets the same thread count as torch.
+
 Measured: saved-activation bytes (saved-tensor hooks) and the median step time over
 rounds that interleave the strategies (the machine is shared and noisy); predicted:
 the cost model's bytes and time. Gradients are compared with eager torch.
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -76,7 +83,22 @@ def exact(ref, got) -> bool:
         return False
 
 
-def candidates(model, inputs, profile, budget_spec):
+def ensure_memeff_library(directory: str, rows: int, width: int, trials: int) -> dict:
+    """The fused GELU kernels of `directory`, tuned and exported there when missing."""
+    from autosched.cli import main as autosched_main
+    from autosched.runtime.memeff_library import memeff_library_kernels
+
+    if not (Path(directory) / "manifest.json").exists():
+        op_file = str(ROOT / "autosched" / "runtime" / "memeff_workloads.py")
+        shape = ["--arg", f"M={rows}", "--arg", f"N={width}"]
+        db = ["--db", f"sqlite:///{Path(directory).resolve()}.db"]
+        if autosched_main(["tune", op_file, "--trials", str(trials), *shape, *db]) or \
+                autosched_main(["export", op_file, "-o", directory, *shape, *db]):
+            raise SystemExit("could not build the memory-efficient GELU library")
+    return memeff_library_kernels(directory)
+
+
+def candidates(model, inputs, profile, budget_spec, kernels):
     """(name, actions or None, note, plan or None) for every strategy at this budget."""
     budget = int(profile.keep_saved_bytes * float(budget_spec.rstrip("%")) / 100)
     out = [("reference", ["keep"] * len(profile.layers), "no checkpointing (drift check)",
@@ -84,7 +106,8 @@ def candidates(model, inputs, profile, budget_spec):
     out += [(b.name, b.actions, b.note, None) for b in all_baselines(profile, budget)]
     for name, prof in (("plan", restrict(profile, DEVICE_ACTIONS)), ("plan+offload", profile)):
         try:
-            p = make_plan(model, inputs, budget_spec, gpt.loss_fn, profile=prof)
+            p = make_plan(model, inputs, budget_spec, gpt.loss_fn, profile=prof,
+                          kernels=kernels)
         except UserError as e:
             out.append((name, None, str(e), None))
             continue
@@ -92,9 +115,9 @@ def candidates(model, inputs, profile, budget_spec):
     return budget, out
 
 
-def build(model, profile, actions, plan):
+def build(model, profile, actions, plan, kernels):
     if plan is not None:
-        return apply(model, plan)
+        return apply(model, plan, kernels)
     cores = [layer.attention_cores for layer in profile.layers]
     return apply_actions(model, actions, profile.container, cores)
 
@@ -126,13 +149,22 @@ def main(argv=None) -> int:
     ap.add_argument("--clock", default="cpu", choices=("cpu", "wall"),
                     help="cpu: process CPU time, robust on a shared machine (default)")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--memeff-library", metavar="DIR",
+                    help="fused memory-efficient GELU kernels (built here when missing)")
+    ap.add_argument("--memeff-trials", type=int, default=32)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    kernels = {}
+    if args.memeff_library:
+        kernels = ensure_memeff_library(args.memeff_library, args.batch * args.seq,
+                                        4 * args.width, args.memeff_trials)
+        print(f"memory-efficient GELU kernel: {kernels['gelu'].id}")
     model = gpt.make_model(args.layers, args.width, args.heads, args.seq)
     inputs = gpt.make_inputs(args.batch, args.seq)
     t0 = time.perf_counter()
     profile = profile_model(model, inputs, gpt.loss_fn, allow_offload=True, repeats=args.repeats,
-                            clock=args.clock)
+                            clock=args.clock, kernels=kernels)
     print(f"clock: {args.clock}; threads: {args.threads}")
     print(f"profiled in {time.perf_counter() - t0:.0f} s; no checkpointing: "
           f"{format_bytes(profile.keep_saved_bytes)}, {profile.keep_step_time_s * 1e3:.0f} ms; "
@@ -141,8 +173,8 @@ def main(argv=None) -> int:
     ref = grads_of(model, inputs)
     rows = []
     for spec in BUDGETS:
-        budget, cands = candidates(model, inputs, profile, spec)
-        models = {name: build(model, profile, acts, p) for name, acts, _, p in cands
+        budget, cands = candidates(model, inputs, profile, spec, kernels)
+        models = {name: build(model, profile, acts, p, kernels) for name, acts, _, p in cands
                   if acts is not None}
         measured = measure_all(models, inputs, args.rounds, args.steps, args.clock)
         for name, acts, note, _ in cands:

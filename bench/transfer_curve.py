@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ops import EXAMPLES, OPS, best_so_far, recorded  # noqa: E402
+from ops import OPS, best_so_far, op_files, recorded  # noqa: E402
 
 
 def train_model(db_url: str, held_key: str, path: str) -> dict:
@@ -43,8 +43,8 @@ def train_model(db_url: str, held_key: str, path: str) -> dict:
     db = open_database(db_url, create=False)
     try:
         report = TransferReport()
-        groups = groups_from_database(db, [str(p) for p in sorted(EXAMPLES.glob("*.py"))],
-                                      "llvm", current_versions(SPACE_VERSION), report)
+        groups = groups_from_database(db, op_files(), "llvm", current_versions(SPACE_VERSION),
+                                      report)
     finally:
         db.close()
     groups = [g for g in groups if g[0].key != held_key]

@@ -146,3 +146,17 @@ def test_check_rejects_big_stack_buffers(target):
     for _ in range(3):
         _, mod = space.sample(rng, "tile_pack")
         assert space.check(mod) is None
+
+
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_random_sampling_returns_the_default_sketch_at_most_once(case, target):
+    """The default sketch has one candidate: once sampled, the other sketches share the
+    samples (a space with nothing else keeps returning it)."""
+    space = small_space(case, target)
+    rng = random.Random(6)
+    names = [space.sample(rng)[0].sketch for _ in range(13)]
+    others = set(space.sketches) - {"default"}
+    if others:
+        assert names.count("default") <= 1 and set(names) - {"default"} <= others
+    else:
+        assert set(names) == {"default"}
