@@ -102,21 +102,11 @@ def measure_tasks(tasks, target, make_space, per_task: int, cache: str, seed: in
 
 def database_tasks(path: str):
     """(tasks, {task key: [(candidate, result), ...]}) of this machine's llvm records."""
-    from ops import op_files
-
-    from cost_model.transfer import groups_from_database
-    from search_space import SPACE_VERSION
-
-    from autosched.db import open_database
-    from autosched.versions import current_versions
+    from ops import database_groups
 
     if not os.path.exists(path):
         raise SystemExit(f"--db {path}: not found")
-    db = open_database(f"sqlite:///{os.path.abspath(path)}", create=False)
-    try:
-        groups = groups_from_database(db, op_files(), "llvm", current_versions(SPACE_VERSION))
-    finally:
-        db.close()
+    groups = database_groups(f"sqlite:///{os.path.abspath(path)}")
     return [g[0] for g in groups], {g[0].key: g[2] for g in groups}
 
 

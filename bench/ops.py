@@ -36,6 +36,23 @@ def op_files() -> list[str]:
     return sorted({str(EXAMPLES / o.op_file) for o in OPS})
 
 
+def database_groups(db_url: str, report=None) -> list:
+    """(task, target, [(candidate, result), ...]) per task of this machine's usable llvm
+    records in `db_url` (see cost_model.transfer.groups_from_database)."""
+    from cost_model.transfer import groups_from_database
+    from search_space import SPACE_VERSION
+
+    from autosched.db import open_database
+    from autosched.versions import current_versions
+
+    db = open_database(db_url, create=False)
+    try:
+        return groups_from_database(db, op_files(), "llvm", current_versions(SPACE_VERSION),
+                                    report)
+    finally:
+        db.close()
+
+
 def torch_fn(name: str, task):
     """A torch function computing the same operator, and how to build its inputs."""
     import torch

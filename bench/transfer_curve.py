@@ -27,27 +27,17 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ops import OPS, best_so_far, op_files, recorded  # noqa: E402
+from ops import OPS, best_so_far, database_groups, recorded  # noqa: E402
 
 
 def train_model(db_url: str, held_key: str, path: str) -> dict:
     """Train on every usable llvm record except the held-out task's; returns the report."""
     from cost_model.features import FeatureConfig
-    from cost_model.transfer import TransferReport, groups_from_database, train_from_records
+    from cost_model.transfer import TransferReport, train_from_records
     from cost_model.xgb_ranker import XGBRanker
-    from search_space import SPACE_VERSION
 
-    from autosched.db import open_database
-    from autosched.versions import current_versions
-
-    db = open_database(db_url, create=False)
-    try:
-        report = TransferReport()
-        groups = groups_from_database(db, op_files(), "llvm", current_versions(SPACE_VERSION),
-                                      report)
-    finally:
-        db.close()
-    groups = [g for g in groups if g[0].key != held_key]
+    report = TransferReport()
+    groups = [g for g in database_groups(db_url, report) if g[0].key != held_key]
     if not groups:
         raise SystemExit(f"{db_url}: no records of other tasks to train on")
     model = train_from_records(groups, None, report=report,

@@ -13,6 +13,8 @@ torch kernel's, so its tolerance (memeff_kernels) holds for this kernel too.
 `memeff_kernels.library_gelu_kernel` turns an exported library of it into the Kernel the
 runtime swaps in.
 """
+import numpy as np
+
 import autosched
 from autosched.runtime.memeff_kernels import TABLE_SIZE, gelu_tables
 from tvm import te, tirx
@@ -22,6 +24,7 @@ from tvm import te, tirx
 def memeff_gelu_grad(M=1024, N=1024, approximate="none", dtype="float32"):
     tables = gelu_tables(approximate)
     n = TABLE_SIZE
+    tiny = float(np.finfo(dtype).tiny)      # as the torch kernel clamps: y < 0 for the log
     grad = te.placeholder((M, N), name="grad_y", dtype=dtype)
     y = te.placeholder((M, N), name="y", dtype=dtype)
     mask = te.placeholder((M, N), name="mask", dtype="uint8")
@@ -34,7 +37,7 @@ def memeff_gelu_grad(M=1024, N=1024, approximate="none", dtype="float32"):
     def f(i, j):
         v, right = y[i, j], mask[i, j] != tirx.const(0, "uint8")
         s = te.sqrt(te.max(v - c(tables.y_min), c(0.0))) / c(tables.h_right)
-        clamped = te.min(te.max(v, c(tables.y_min)), c(-1.1754943508222875e-38))
+        clamped = te.min(te.max(v, c(tables.y_min)), c(-tiny))
         r = te.sqrt(te.max(te.log(c(tables.y_min) / clamped), c(0.0))) / c(tables.h_left)
         pos = te.min(te.max(tirx.Select(right, s, r), c(0.0)), c(n - 1))
         k = te.min(pos.astype("int32"), tirx.const(n - 2, "int32"))

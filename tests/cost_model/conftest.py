@@ -2,7 +2,6 @@
 the search tests (tests/search/synthetic.py)."""
 from __future__ import annotations
 
-import importlib.util
 import random
 from pathlib import Path
 
@@ -11,11 +10,10 @@ import pytest
 
 @pytest.fixture(scope="session")
 def synthetic():
-    path = Path(__file__).resolve().parents[1] / "search" / "synthetic.py"
-    spec = importlib.util.spec_from_file_location("autosched_test_synthetic", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from support.modules import load_by_path
+
+    return load_by_path(Path(__file__).resolve().parents[1] / "search" / "synthetic.py",
+                        "autosched_test_synthetic")
 
 
 @pytest.fixture(scope="session")

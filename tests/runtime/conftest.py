@@ -1,7 +1,6 @@
 """Fixtures for the runtime tests: one torch thread, tiny GPT / MLP models from examples/."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -21,10 +20,9 @@ def one_thread():
 
 
 def load_example(name: str):
-    spec = importlib.util.spec_from_file_location(f"runtime_example_{name}", EXAMPLES / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from support.modules import load_by_path
+
+    return load_by_path(EXAMPLES / f"{name}.py", f"runtime_example_{name}")
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,6 @@
 """Fixtures for search tests: the synthetic test device (tests/search/synthetic.py)."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -9,11 +8,9 @@ import pytest
 
 def load_synthetic():
     """Import tests/search/synthetic.py by path (tests are not a package)."""
-    path = Path(__file__).with_name("synthetic.py")
-    spec = importlib.util.spec_from_file_location("autosched_test_synthetic", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from support.modules import load_by_path
+
+    return load_by_path(Path(__file__).with_name("synthetic.py"), "autosched_test_synthetic")
 
 
 @pytest.fixture(scope="session")

@@ -71,11 +71,10 @@ def cuda_emulator():
 
     if shutil.which("g++") is None:
         pytest.skip("the CUDA emulator needs g++")
-    path = os.path.join(os.path.dirname(__file__), "cuda_emulator.py")
-    spec = importlib.util.spec_from_file_location("space_cuda_emulator", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from support.modules import load_by_path
+
+    return load_by_path(os.path.join(os.path.dirname(__file__), "cuda_emulator.py"),
+                        "space_cuda_emulator")
 
 
 @pytest.fixture(scope="session")
