@@ -10,7 +10,7 @@ memory without checkpointing, every strategy is applied and measured in the same
 * megatron          attention-core recomputation in every layer (Megatron-LM selective)
 * megatron+uniform  attention core everywhere plus the fewest whole layers that fit
 * plan              the MILP plan over on-device actions (keep, memeff_ln, memeff,
-                    recompute_attention(+memeff_ln), selective, recompute)
+                    recompute_attention(+memeff_ln / +memeff), selective, recompute)
 * plan+offload      the MILP plan with offload allowed. On the CPU host and device memory
                     are the same RAM: offload here stands in for a device with separate
                     host memory (the copies are real, the memory they free is not)
@@ -55,7 +55,8 @@ from autosched.runtime.units import format_bytes  # noqa: E402
 
 BUDGETS = ("100%", "60%", "40%", "25%")
 DEVICE_ACTIONS = ("keep", "memeff_ln", "memeff", "recompute_attention",
-                  "recompute_attention+memeff_ln", "selective", "recompute")
+                  "recompute_attention+memeff_ln", "recompute_attention+memeff", "selective",
+                  "recompute")
 
 
 def grads_of(model, inputs, original=None):
@@ -86,10 +87,10 @@ def exact(ref, got) -> bool:
 def ensure_memeff_library(directory: str, rows: int, width: int, trials: int) -> dict:
     """The fused GELU kernels of `directory`, tuned and exported there when missing."""
     from autosched.cli import main as autosched_main
+    from autosched.runtime.memeff_library import OP_FILE as op_file
     from autosched.runtime.memeff_library import memeff_library_kernels
 
     if not (Path(directory) / "manifest.json").exists():
-        op_file = str(ROOT / "autosched" / "runtime" / "memeff_workloads.py")
         shape = ["--arg", f"M={rows}", "--arg", f"N={width}"]
         db = ["--db", f"sqlite:///{Path(directory).resolve()}.db"]
         if autosched_main(["tune", op_file, "--trials", str(trials), *shape, *db]) or \
@@ -196,8 +197,9 @@ def main(argv=None) -> int:
 
 def _short(actions) -> str:
     abbrev = {"keep": "K", "memeff_ln": "L", "memeff": "M", "recompute_attention": "A",
-              "recompute_attention+memeff_ln": "AL", "selective": "S", "recompute": "R",
-              "offload": "O", "offload+memeff_ln": "OL"}
+              "recompute_attention+memeff_ln": "AL", "recompute_attention+memeff": "AM",
+              "selective": "S", "recompute": "R", "offload": "O", "offload+memeff_ln": "OL",
+              "offload+memeff": "OM"}
     return " ".join(abbrev[a] for a in actions)
 
 
@@ -231,8 +233,8 @@ def report(rows) -> None:
     widths = [max(len(str(r[i])) for r in lines) for i in range(len(head))]
     for r in lines:
         print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
-    print("actions: K keep, L memeff_ln, M memeff, A recompute_attention, AL A+L, "
-          "S selective, R recompute, O offload, OL offload+memeff_ln")
+    print("actions: K keep, L memeff_ln, M memeff, A recompute_attention, AL A+L, AM A+M, "
+          "S selective, R recompute, O offload, OL O+L, OM O+M")
 
 
 if __name__ == "__main__":

@@ -7,10 +7,12 @@
 | memeff                         | also GELU saves output + 1-byte mask     | derivative lookup     |
 | recompute_attention            | attention core keeps only its inputs     | core forward again    |
 | recompute_attention+memeff_ln  | both of the above                        | both                  |
+| recompute_attention+memeff     | attention core inputs, memeff GELU + LN  | both                  |
 | selective                      | outputs of matmul-like ops + layer input | cheap ops again       |
 | recompute                      | the layer's inputs only                  | whole forward again   |
 | offload                        | nothing on the device (copies on host)   | transfers not hidden  |
 | offload+memeff_ln              | host copies of the memeff_ln-reduced set | smaller transfers     |
+| offload+memeff                 | host copies of the memeff-reduced set    | smaller transfers     |
 
 `recompute` is non-reentrant `torch.utils.checkpoint`; `selective` is the same with a
 `create_selective_checkpoint_contexts` policy (policies.py); `recompute_attention`
@@ -46,10 +48,12 @@ ACTIONS = {a.name: a for a in (
     Action("memeff", memeff=ALL),
     Action("recompute_attention", recompute="attention"),
     Action("recompute_attention+memeff_ln", memeff=LN, recompute="attention"),
+    Action("recompute_attention+memeff", memeff=ALL, recompute="attention"),
     Action("selective", recompute="selective"),
     Action("recompute", recompute="full"),
     Action("offload", offload=True),
     Action("offload+memeff_ln", memeff=LN, offload=True),
+    Action("offload+memeff", memeff=ALL, offload=True),
 )}
 
 

@@ -8,14 +8,19 @@ The fused `memeff_gelu_grad` kernel replaces the eager backward of the memory-ef
 GELU for the shapes (rows x last dimension), GELU variant and dtype the library was built
 for; any other call runs the torch kernel, so a model with several GELU widths stays
 correct. The Kernel's id names the records the kernels came from, which plans report.
+A library built from another definition of the workload (an older table layout or
+formula) is refused: its task keys differ from the current definition's.
 """
 from __future__ import annotations
 
 import torch
 
+from pathlib import Path
+
 from .memeff_kernels import Kernel, device_tables, gelu_backward, gelu_forward
 
 GELU_WORKLOAD = "memeff_gelu_grad"
+OP_FILE = str(Path(__file__).with_name("memeff_workloads.py"))
 
 
 def memeff_library_kernels(library_dir, check_hardware: bool = True) -> dict:
@@ -27,12 +32,26 @@ def memeff_library_kernels(library_dir, check_hardware: bool = True) -> dict:
     entries = [e for e in library.manifest.kernels if e.workload == GELU_WORKLOAD]
     if not entries:
         return {}
+    _check_current(entries, library_dir)
     variants = {(e.args["M"], e.args["N"], e.args["approximate"], e.args["dtype"])
                 for e in entries}
     ids = sorted({str(e.record_id) for e in entries if e.record_id is not None})
     kernel_id = f"{GELU_WORKLOAD}#" + ",".join(ids or ["unrecorded"])
     return {"gelu": Kernel(kernel_id, gelu_forward,
                            _fused_gelu_backward(library[GELU_WORKLOAD], variants))}
+
+
+def _check_current(entries, library_dir) -> None:
+    """Every kernel must come from today's definition of the workload (same task key)."""
+    from autosched.torch.errors import LibraryError
+    from autosched.workload import load_op_file, make_task
+
+    wdef = load_op_file(OP_FILE)[GELU_WORKLOAD]
+    for e in entries:
+        if make_task(wdef, dict(e.args)).key != e.task_key:
+            raise LibraryError(
+                f"{library_dir}: its {GELU_WORKLOAD} kernel ({e.args}) was built from another "
+                f"definition of the workload; tune and export {OP_FILE} again")
 
 
 def _fused_gelu_backward(op, variants: set):

@@ -5,16 +5,14 @@
 
 `memeff_gelu_grad` computes what memeff_kernels.gelu_backward computes with a dozen eager
 torch operators, in one pass over the elements: from the saved GELU output y and its
-1-byte branch mask, the table coordinate (sqrt(y - y*) on the right branch,
-sqrt(log(y*/y)) on the left), a linear interpolation in the derivative table, times the
-incoming gradient. Its inputs, in order: grad_y, y, mask (uint8, 0 or 1), table and
-slope (memeff_kernels.device_tables: 2 x TABLE_SIZE entries each). The numerics are the
+1-byte branch mask, the table coordinate sqrt(y - y*), a linear interpolation in the
+branch's derivative table, times the incoming gradient. Its inputs, in order: grad_y, y,
+mask (uint8, 0 or 1), table and slope (memeff_kernels.device_tables: 2 x TABLE_SIZE
+entries each). The numerics are the
 torch kernel's, so its tolerance (memeff_kernels) holds for this kernel too.
 `memeff_kernels.library_gelu_kernel` turns an exported library of it into the Kernel the
 runtime swaps in.
 """
-import numpy as np
-
 import autosched
 from autosched.runtime.memeff_kernels import TABLE_SIZE, gelu_tables
 from tvm import te, tirx
@@ -24,7 +22,6 @@ from tvm import te, tirx
 def memeff_gelu_grad(M=1024, N=1024, approximate="none", dtype="float32"):
     tables = gelu_tables(approximate)
     n = TABLE_SIZE
-    tiny = float(np.finfo(dtype).tiny)      # as the torch kernel clamps: y < 0 for the log
     grad = te.placeholder((M, N), name="grad_y", dtype=dtype)
     y = te.placeholder((M, N), name="y", dtype=dtype)
     mask = te.placeholder((M, N), name="mask", dtype="uint8")
@@ -35,11 +32,10 @@ def memeff_gelu_grad(M=1024, N=1024, approximate="none", dtype="float32"):
         return tirx.const(v, dtype)
 
     def f(i, j):
-        v, right = y[i, j], mask[i, j] != tirx.const(0, "uint8")
-        s = te.sqrt(te.max(v - c(tables.y_min), c(0.0))) / c(tables.h_right)
-        clamped = te.min(te.max(v, c(tables.y_min)), c(-tiny))
-        r = te.sqrt(te.max(te.log(c(tables.y_min) / clamped), c(0.0))) / c(tables.h_left)
-        pos = te.min(te.max(tirx.Select(right, s, r), c(0.0)), c(n - 1))
+        right = mask[i, j] != tirx.const(0, "uint8")
+        s = te.sqrt(te.max(y[i, j] - c(tables.y_min), c(0.0)))
+        pos = te.min(s * tirx.Select(right, c(1.0 / tables.h_right), c(1.0 / tables.h_left)),
+                     c(n - 1))
         k = te.min(pos.astype("int32"), tirx.const(n - 2, "int32"))
         frac = pos - k.astype(dtype)
         idx = k + tirx.Select(right, tirx.const(n, "int32"), tirx.const(0, "int32"))

@@ -159,12 +159,16 @@ def applicable_actions(module, trace, allow_offload: bool) -> list[str]:
         names.append("recompute_attention")
         if has_ln:
             names.append("recompute_attention+memeff_ln")
+        if has_gelu:
+            names.append("recompute_attention+memeff")
     if trace.names() & COMPUTE_HEAVY:
         names.append("selective")
     if allow_offload:
         names.append("offload")
         if has_ln:
             names.append("offload+memeff_ln")
+        if has_gelu:
+            names.append("offload+memeff")
     return names
 
 

@@ -3,8 +3,9 @@
 plan that measures, names and applies it."""
 from __future__ import annotations
 
+import json
 import math
-from pathlib import Path
+import shutil
 
 import pytest
 import torch
@@ -13,9 +14,10 @@ import torch.nn.functional as F
 import autosched.runtime as rt
 from autosched.cli import main
 from autosched.runtime.memeff_kernels import gelu_backward, gelu_forward, gelu_tables
+from autosched.runtime.memeff_library import OP_FILE
+from autosched.torch.errors import LibraryError
 from autosched.runtime.step import measure_step
 
-OP_FILE = str(Path(rt.__file__).parent / "memeff_workloads.py")
 ROWS, WIDTH = 2 * 16, 4 * 32   # the MLP activation of the tiny GPT (conftest.tiny_gpt)
 
 
@@ -99,3 +101,13 @@ def test_plan_cli_rejects_a_folder_without_a_library(tmp_path, capsys):
                  "--memeff-library", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--memeff-library" in err[0] and "manifest" in err[0]
+
+
+def test_a_library_from_another_definition_is_refused(library, tmp_path):
+    stale = tmp_path / "lib"
+    shutil.copytree(library, stale)
+    manifest = json.loads((stale / "manifest.json").read_text())
+    manifest["kernels"][0]["task_key"] = "0" * 32          # built from an older formula
+    (stale / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(LibraryError, match="another definition"):
+        rt.memeff_library_kernels(stale)
