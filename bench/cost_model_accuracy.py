@@ -1,9 +1,11 @@
 """How well the cost model ranks real kernels of tasks it has not seen, cold vs transferred.
 
-    python bench/cost_model_accuracy.py [--space cpu|test-tiling] [--per-task 48] [--local 16]
+    python bench/cost_model_accuracy.py [--shapes small|large] [--space cpu|test-tiling]
+                                        [--per-task 48] [--local 16]
     python bench/cost_model_accuracy.py --db logs/bench_vs_ms.db [--local 16]
 
-1. Measure `--per-task` random candidates of each task on this machine with the
+1. Measure `--per-task` random candidates of each matmul shape of `--shapes` (five
+   shapes, each held out in turn) on this machine with the
    product's measurer (isolated builds, output checks, time_evaluator); results are
    cached as JSON lines in `--cache`, so a rerun only evaluates.
 2. For each task in turn (held out): the candidates are split into `--local` "already
@@ -54,7 +56,13 @@ from cost_model.features import FeatureConfig, extract  # noqa: E402
 from cost_model.xgb_ranker import XGBRanker  # noqa: E402
 from search_space import Candidate, SearchSpace, generate_space  # noqa: E402
 
-SHAPES = [(128, 128, 128), (256, 128, 64), (64, 256, 128), (192, 96, 128), (128, 64, 256)]
+SHAPES = {
+    # ~40 us kernels: parallel-launch overhead is a large share, candidates differ by a few %
+    "small": [(128, 128, 128), (256, 128, 64), (64, 256, 128), (192, 96, 128), (128, 64, 256)],
+    # 1-5 ms kernels, the sizes of transformer layers' matmuls
+    "large": [(512, 512, 256), (256, 512, 512), (384, 384, 384), (512, 256, 384),
+              (256, 384, 512)],
+}
 
 
 def space_factory(kind: str):
@@ -194,22 +202,27 @@ def evaluate(tasks, data, feats, n_local: int, seed: int) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--space", choices=("cpu", "test-tiling"), default="cpu")
+    ap.add_argument("--shapes", choices=sorted(SHAPES), default="small")
     ap.add_argument("--per-task", type=int, default=48)
     ap.add_argument("--local", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--cache", default="logs/bench_cost_model_records.jsonl")
+    ap.add_argument("--cache", help="measured candidates (JSON lines; default: "
+                    "logs/bench_cost_model_records[_SHAPES].jsonl)")
     ap.add_argument("--out", default="logs/bench_cost_model.json")
     ap.add_argument("--db", help="SQLite file of tuning records: hold out each of its tasks")
     args = ap.parse_args()
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     target = resolve_target("llvm")
+    if args.cache is None:
+        suffix = "" if args.shapes == "small" else f"_{args.shapes}"
+        args.cache = f"logs/bench_cost_model_records{suffix}.jsonl"
     make_space = space_factory(args.space)
     if args.db:
         tasks, data = database_tasks(args.db)
     else:
         wdef = load_op_file(str(ROOT / "examples" / "matmul.py"))["matmul"]
         tasks = [make_task(wdef, {"M": m, "N": n, "K": k, "dtype": "float32"})
-                 for m, n, k in SHAPES]
+                 for m, n, k in SHAPES[args.shapes]]
         data = measure_tasks(tasks, target, make_space, args.per_task, args.cache, args.seed)
     feats = Features(tasks, target, make_space, data)
     rows = evaluate(tasks, data, feats, args.local, args.seed)
@@ -224,7 +237,7 @@ def main() -> int:
           f"ours+psf {1e3 * feats.seconds[True]:.2f}")
     failures = sum(1 for t in tasks for _, r in data[t.key] if not r.ok)
     with open(args.out, "w") as f:
-        json.dump({"space": args.space, "db": args.db, "tasks": [t.name for t in tasks],
+        json.dump({"space": args.space, "shapes": None if args.db else args.shapes, "db": args.db, "tasks": [t.name for t in tasks],
                    "per_task": args.per_task, "local": args.local, "failures": failures,
                    "feature_ms": {k: 1e3 * v for k, v in feats.seconds.items()},
                    "summary": summary, "rows": rows}, f, indent=1)

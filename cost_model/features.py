@@ -4,7 +4,9 @@ Groups (see `feature_names()` for every column):
 - two store slots: the two stores with the most floating-point work, each described by
   its loop nest (extents of the innermost six loops and the outermost two: the tiling
   levels), parallel / vector / unroll / thread extents, arithmetic per iteration, access
-  strides, footprints and estimated traffic and arithmetic intensity per cache size;
+  strides, footprints and estimated traffic and arithmetic intensity per cache size,
+  and its register tile (the loops inside the innermost reduction loop: accumulators,
+  vector registers they need, reduction steps streamed over them, flops per byte read);
 - the rest: how many other stores there are and their summed work and traffic;
 - program: totals, allocated bytes per memory scope (compacted), task FLOPs;
 - decisions: log2 of the candidate's tile factors and its other choices;
@@ -19,10 +21,10 @@ import math
 import zlib
 from dataclasses import dataclass
 
-from .footprint import alloc_bytes, flat_stride, level_footprints, traffic
+from .footprint import alloc_bytes, buffer_footprints, flat_stride, level_footprints, traffic
 from .ir_walk import Program, Store, walk
 
-FEATURE_VERSION = "1"
+FEATURE_VERSION = "2"
 _OPS = ("add", "mul", "div", "math", "cmp", "select", "cast", "int")
 _INNER_LEVELS = 6
 _OUTER_LEVELS = 2
@@ -83,7 +85,7 @@ def _store_names(cfg: FeatureConfig) -> list[str]:
     for c in cfg.caches:
         names += [f"traffic_{c >> 10}k", f"intensity_{c >> 10}k"]
     names += ["n_reads", "n_buffers", "scope_global", "scope_shared", "scope_local"]
-    return names
+    return names + _REGISTER_TILE_NAMES
 
 
 def _other_names(cfg: FeatureConfig) -> list[str]:
@@ -169,6 +171,54 @@ def _access_features(st: Store) -> list[float]:
             sum(1 for s in reads if s == 0) / max(len(reads), 1)]
 
 
+_REGISTER_TILE_NAMES = ["reg_tile", "reg_accumulators", "reg_spill", "reg_stream",
+                        "reg_intensity", "reg_stream_footprint", "unrolled_body",
+                        "unrolled_body_x_tile"]
+_REGISTERS = 32      # vector registers of the widest x86 / Arm SIMD units
+
+
+def _register_tile_features(s: _StoreStats) -> list[float]:
+    """The register tile of a reduction: the loops inside its innermost reduction loop
+    (one that leaves the written address unchanged) hold their outputs in registers
+    while the reduction streams. Zeros for a store without a reduction loop."""
+    st, loops = s.store, s.store.loops
+    write = st.accesses[0]
+
+    def reduces(lp):
+        return lp.extent > 1 and flat_stride(write, lp.id) == 0
+
+    red = next((k for k in range(len(loops) - 1, -1, -1) if reduces(loops[k])), None)
+    body = _unrolled_body(st)
+    if red is None:
+        return [0.0] * (len(_REGISTER_TILE_NAMES) - 2) + [_lg(body), 0.0]
+    tile = loops[red + 1:]
+    elems = _prod(lp.extent for lp in tile)
+    accumulators = elems / max(_prod(lp.extent for lp in tile if lp.kind == "vectorized"), 1)
+    top = red
+    while top > 0 and (reduces(loops[top - 1]) or loops[top - 1].extent == 1):
+        top -= 1
+    stream = _prod(lp.extent for lp in loops[top:red + 1])
+    reads = [a for a in st.accesses            # not the accumulators' own reads
+             if not a.write and a.buffer.name != write.buffer.name]
+    read_bytes = sum(buffer_footprints(reads, {lp.id: lp.extent - 1 for lp in tile}).values())
+    float_ops = max(sum(v for k, v in st.ops.items() if k != "int"), 1)
+    return [_lg(elems), _lg(accumulators), _lg(max(accumulators - _REGISTERS, 0)), _lg(stream),
+            math.log2(elems * float_ops / max(read_bytes, 1)), _lg(s.footprints[top]),
+            _lg(body), _lg(body / max(elems, 1))]
+
+
+def _unrolled_body(st: Store) -> int:
+    """Iterations the compiler unrolls into straight-line code: the innermost loops whose
+    extents multiply to at most the auto-unroll step (or explicitly unrolled loops)."""
+    body, limit = 1, max(st.unroll, max((lp.unroll for lp in st.loops), default=0))
+    for lp in reversed(st.loops):
+        if lp.kind == "unrolled" or body * lp.extent <= limit:
+            body *= lp.extent
+        elif lp.kind != "vectorized":
+            break
+    return body
+
+
 def _thread_features(st: Store) -> list[float]:
     def extent(prefix):
         return _log_prod(lp.extent for lp in st.loops if lp.tag.startswith(prefix))
@@ -191,7 +241,7 @@ def _store_vector(s: _StoreStats, cfg: FeatureConfig) -> list[float]:
     v += [len(st.accesses) - 1, len({a.buffer.name for a in st.accesses}),
           float(scope.startswith("global")), float(scope.startswith("shared")),
           float(scope.startswith("local"))]
-    return v
+    return v + _register_tile_features(s)
 
 
 def _other_vector(rest: list[_StoreStats], cfg: FeatureConfig) -> list[float]:

@@ -65,6 +65,32 @@ def test_strides_footprints_and_traffic_of_a_known_tiling(matmul_space, tiled):
     assert f["prog.n_stores"] == 1 and f["prog.task_flops"] == pytest.approx(lg(2 * 256 ** 3))
 
 
+def test_register_tile_of_a_known_tiling(matmul_space, tiled):
+    f = named(matmul_space.task, *tiled)
+    # innermost reduction loop k1 (8); inside it i3 (16) x j3 (16, vectorised by 16)
+    assert f["s0.reg_tile"] == pytest.approx(lg(16 * 16))
+    assert f["s0.reg_accumulators"] == pytest.approx(lg(16))      # 16 vector registers
+    assert f["s0.reg_spill"] == 0.0                               # within 32 registers
+    assert f["s0.reg_stream"] == pytest.approx(lg(8))             # j2 above k1 is spatial
+    # per k step: 16 x 16 outputs x (mul + add) from 16 floats of A and 16 of B
+    assert f["s0.reg_intensity"] == pytest.approx(math.log2(16 * 16 * 2 / ((16 + 16) * 4)))
+    assert f["s0.reg_stream_footprint"] == pytest.approx(lg((16 * 8 + 8 * 16 + 16 * 16) * 4))
+    # auto-unroll 16: the vector loop j3 (16 iterations) is the unrolled body
+    assert f["s0.unrolled_body"] == pytest.approx(lg(16))
+
+
+def test_a_store_without_reduction_has_no_register_tile():
+    from tvm import te
+
+    from cost_model.features import _register_tile_features, _stats
+
+    a = te.placeholder((64, 64), name="A")
+    b = te.compute((64, 64), lambda i, j: a[i, j] * 2.0, name="B")
+    (store,) = walk(te.create_prim_func([a, b])).stores
+    tile = _register_tile_features(_stats(store))
+    assert tile[:6] == [0.0] * 6
+
+
 def test_cache_write_adds_a_second_store_slot(matmul_space):
     cand = Candidate.make("tile", {"i": [2, 4, 2, 16], "j": [4, 2, 2, 16], "k": [32, 8],
                                    "parallel": 2, "vectorize": 0, "unroll": 0,

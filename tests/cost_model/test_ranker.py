@@ -9,6 +9,7 @@ import pytest
 
 from autosched.errors import UserError
 from cost_model import make_cost_model
+from cost_model.features import FEATURE_VERSION
 from cost_model.xgb_ranker import XGBRanker, relevance, sidecar_path
 
 
@@ -104,7 +105,7 @@ def test_save_load_round_trip_gives_identical_predictions(tmp_path, measured, ma
     assert "learner" in json.loads(open(path, "rb").read())
     meta = json.load(open(sidecar_path(path)))
     assert meta["num_features"] == model.num_features
-    assert meta["features"]["version"] == "1" and meta["summary"]["rows"] == 48
+    assert meta["features"]["version"] == FEATURE_VERSION and meta["summary"]["rows"] == 48
 
 
 def test_updates_after_load_boost_on_top_of_the_loaded_model(tmp_path, measured, matmul_space):
@@ -130,7 +131,7 @@ def test_load_rejects_bad_files_with_one_line(tmp_path, measured, matmul_space):
     json.dump(meta, open(sidecar_path(path), "w"))
     with pytest.raises(UserError, match="other features"):
         XGBRanker().load(path)
-    meta["features"]["version"] = "1"
+    meta["features"]["version"] = FEATURE_VERSION
     json.dump(meta, open(sidecar_path(path), "w"))
     open(path, "w").write("not json")
     with pytest.raises(UserError, match="not an XGBoost JSON model"):
