@@ -38,6 +38,9 @@ class Task:
     flops: float
     key: str
     canonical: str = field(repr=False, default="")
+    # the same computation written another way, that a schedule may choose instead:
+    # {"fast_math": PrimFunc with vectorisable exp / tanh} (see fast_math.py)
+    variants: dict = field(repr=False, default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -51,6 +54,12 @@ class Task:
         import tvm
 
         return tvm.IRModule({"main": self.func})
+
+    def variant_mod(self, name: str):
+        """The IRModule of a variant of the computation (KeyError when it has none)."""
+        import tvm
+
+        return tvm.IRModule({"main": self.variants[name]})
 
     @property
     def arg_specs(self) -> tuple[TensorSpec, ...]:

@@ -152,6 +152,26 @@ def make_task(wdef: WorkloadDef, args: dict) -> Task:
 
     from .canonical import canonical_text, task_key
 
+    inputs, outputs = _build(wdef, args)
+    func = te.create_prim_func(inputs + outputs).with_attr("global_symbol", "main")
+    canonical = canonical_text(inputs, outputs)
+    return Task(
+        workload=wdef.name,
+        args=dict(args),
+        func=func,
+        inputs=tuple(_spec(t) for t in inputs),
+        outputs=tuple(_spec(t) for t in outputs),
+        flops=_flops(func),
+        key=task_key(canonical, args),
+        canonical=canonical,
+        variants=_variants(wdef, args, canonical, func),
+    )
+
+
+def _build(wdef: WorkloadDef, args: dict) -> tuple[list, list]:
+    """(input placeholders, computed outputs) of one call of the workload."""
+    from tvm import te
+
     try:
         result = wdef.func(**args)
     except UserError:
@@ -168,18 +188,21 @@ def make_task(wdef: WorkloadDef, args: dict) -> Task:
     if not outputs or tensors[: len(inputs)] != inputs:
         raise UserError(f"workload '{wdef.name}' must return input placeholders first "
                         "and at least one computed output last")
-    func = te.create_prim_func(inputs + outputs).with_attr("global_symbol", "main")
-    canonical = canonical_text(inputs, outputs)
-    return Task(
-        workload=wdef.name,
-        args=dict(args),
-        func=func,
-        inputs=tuple(_spec(t) for t in inputs),
-        outputs=tuple(_spec(t) for t in outputs),
-        flops=_flops(func),
-        key=task_key(canonical, args),
-        canonical=canonical,
-    )
+    return inputs, outputs
+
+
+def _variants(wdef: WorkloadDef, args: dict, canonical: str, func) -> dict:
+    """{"fast_math": PrimFunc} when the computation calls float32 exp or tanh."""
+    import tvm_ffi
+    from tvm import te
+
+    from .fast_math import math_variant
+
+    if not any(f'["call","tirx.{op}","float32"' in canonical for op in ("exp", "tanh")):
+        return {}
+    inputs, outputs = math_variant(lambda: _build(wdef, args))
+    fast = te.create_prim_func(inputs + outputs).with_attr("global_symbol", "main")
+    return {} if tvm_ffi.structural_equal(fast, func) else {"fast_math": fast}
 
 
 def _spec(t) -> TensorSpec:

@@ -39,6 +39,7 @@ class RowSketch:
     """Parallel rows, every stage computed at the row, vectorised inner loops."""
 
     name = "rows"
+    math_variants = True
 
     def __init__(self, infos: tuple[BlockAnalysis, ...], inline: tuple[str, ...],
                  params: CpuParams):

@@ -42,6 +42,8 @@ class TileSketch:
     """SSRSRS tiling of every contraction block of the task; the rest is inlined,
     fused, or parallelised and vectorised at the root."""
 
+    math_variants = True
+
     def __init__(self, name: str, plans: tuple[TilePlan, ...], inline: tuple[str, ...],
                  params: CpuParams):
         self.name = name

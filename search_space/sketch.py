@@ -8,7 +8,9 @@ from .decisions import Decider
 
 class Sketch(Protocol):
     """A schedule with open decisions. `apply` must be deterministic given the decider's
-    answers: the same decisions always give the same schedule."""
+    answers: the same decisions always give the same schedule. A sketch with a true
+    `math_variants` attribute also schedules the task's fast-math form when the
+    `fast_math` decision picks it (SearchSpace decides that before `apply`)."""
 
     name: str
 

@@ -8,7 +8,7 @@ from .candidate import Candidate
 from .decisions import Decider, InvalidCandidate
 from .sketch import RuleSet, Sketch
 
-SPACE_VERSION = "2"
+SPACE_VERSION = "3"
 _MAX_SAMPLE_TRIES = 32
 
 
@@ -37,7 +37,7 @@ class SearchSpace:
     def _schedule(self, sketch: Sketch, decide: Decider):
         from tvm import s_tir
 
-        sch = s_tir.Schedule(self.task.mod)
+        sch = s_tir.Schedule(self._program(sketch, decide))
         try:
             sketch.apply(sch, decide)
         except InvalidCandidate:
@@ -45,6 +45,16 @@ class SearchSpace:
         except Exception as e:  # a schedule primitive refused these decisions
             raise InvalidCandidate(f"{sketch.name}: {str(e).strip().splitlines()[-1]}") from None
         return sch.mod
+
+    def _program(self, sketch: Sketch, decide: Decider):
+        """The computation a sketch schedules: the task's own, or for a sketch that takes
+        variants (`math_variants`) and a task that has one, the fast-math form when the
+        `fast_math` decision says so (same blocks, vectorisable exp / tanh)."""
+        variants = getattr(self.task, "variants", {})
+        if getattr(sketch, "math_variants", False) and "fast_math" in variants:
+            if decide.choice("fast_math", (False, True)):
+                return self.task.variant_mod("fast_math")
+        return self.task.mod
 
     def _sketch(self, name: str) -> Sketch:
         try:
