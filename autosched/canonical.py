@@ -11,9 +11,10 @@ import hashlib
 import json
 
 
-def _dtype(e) -> str:
+def expr_dtype(e) -> str:
     """Expression dtype; TVM 0.27 exposes it as `ty`, older releases as `dtype`."""
     return str(e.ty) if hasattr(e, "ty") else str(e.dtype)
+
 
 _BINARY = (
     "Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max",
@@ -55,18 +56,18 @@ class _Serializer:
         if isinstance(e, (int, float, str, bool)):
             return e
         if isinstance(e, tirx.IntImm):
-            return [f"int:{_dtype(e)}", int(e.value)]
+            return [f"int:{expr_dtype(e)}", int(e.value)]
         if isinstance(e, tirx.FloatImm):
-            return [f"float:{_dtype(e)}", float(e.value)]
+            return [f"float:{expr_dtype(e)}", float(e.value)]
         if isinstance(e, tirx.Var):
-            return self.vars.get(e, f"free:{e.name}:{_dtype(e)}")
+            return self.vars.get(e, f"free:{e.name}:{expr_dtype(e)}")
         if kind in _BINARY:
-            return [kind, _dtype(e), self.expr(e.a), self.expr(e.b)]
+            return [kind, expr_dtype(e), self.expr(e.a), self.expr(e.b)]
         if kind == "ProducerLoad":
             return ["load", self.op_index[e.producer.op], e.producer.value_index,
                     [self.expr(i) for i in e.indices]]
         if isinstance(e, tirx.Cast):
-            return ["cast", _dtype(e), self.expr(e.value)]
+            return ["cast", expr_dtype(e), self.expr(e.value)]
         if isinstance(e, tirx.Not):
             return ["not", self.expr(e.a)]
         if isinstance(e, tirx.Select):
@@ -77,7 +78,7 @@ class _Serializer:
             return ["load", self.op_index[tensor.op], int(tensor.value_index),
                     [self.expr(i) for i in list(e.args)[1:]]]
         if kind == "Call":
-            return ["call", str(e.op.name), _dtype(e), [self.expr(a) for a in e.args]]
+            return ["call", str(e.op.name), expr_dtype(e), [self.expr(a) for a in e.args]]
         if isinstance(e, tirx.Let):
             name = self.bind(e.var)
             return ["let", name, self.expr(e.value), self.expr(e.body)]

@@ -32,27 +32,32 @@ _TANH_SERIES = (1.0, -1.0 / 3, 2.0 / 15, -17.0 / 315, 62.0 / 2835)
 
 
 def _is_f32(x) -> bool:
-    dtype = str(x.ty) if hasattr(x, "ty") else str(x.dtype)
-    return dtype == "float32"
+    from .canonical import expr_dtype
+
+    return expr_dtype(x) == "float32"
+
+
+def _f32(v):
+    """A float32 constant."""
+    from tvm import tirx
+
+    return tirx.const(v, "float32")
 
 
 def fast_exp(x):
     """e^x for a float32 expression, as vectorisable arithmetic."""
     from tvm import tirx
 
-    def c(v):
-        return tirx.const(v, "float32")
-
-    xc = tirx.max(tirx.min(x, c(_EXP_HI)), c(_EXP_LO))
-    k = tirx.floor(xc * c(_LOG2E) + c(0.5))
-    r = xc - k * c(_LN2_HI) - k * c(_LN2_LO)
-    p = c(1.0 / math.factorial(7))
+    xc = tirx.max(tirx.min(x, _f32(_EXP_HI)), _f32(_EXP_LO))
+    k = tirx.floor(xc * _f32(_LOG2E) + _f32(0.5))
+    r = xc - k * _f32(_LN2_HI) - k * _f32(_LN2_LO)
+    p = _f32(1.0 / math.factorial(7))
     for n in range(6, -1, -1):
-        p = p * r + c(1.0 / math.factorial(n))
+        p = p * r + _f32(1.0 / math.factorial(n))
     bits = (k.astype("int32") + tirx.const(126, "int32")) << tirx.const(23, "int32")
-    scaled = p * tirx.reinterpret("float32", bits) * c(2.0)       # 2^k = 2^(k-1) * 2
-    out = tirx.Select(x < c(_EXP_LO), c(0.0), scaled)
-    out = tirx.Select(x > c(_EXP_HI), c(math.inf), out)
+    scaled = p * tirx.reinterpret("float32", bits) * _f32(2.0)    # 2^k = 2^(k-1) * 2
+    out = tirx.Select(x < _f32(_EXP_LO), _f32(0.0), scaled)
+    out = tirx.Select(x > _f32(_EXP_HI), _f32(math.inf), out)
     return tirx.Select(tirx.isnan(x), x, out)                      # NaN in, NaN out
 
 
@@ -60,18 +65,16 @@ def fast_tanh(x):
     """tanh(x) for a float32 expression, as vectorisable arithmetic."""
     from tvm import tirx
 
-    def c(v):
-        return tirx.const(v, "float32")
-
     ax = tirx.abs(x)
     x2 = x * x
-    series = c(_TANH_SERIES[-1])
+    series = _f32(_TANH_SERIES[-1])
     for coef in reversed(_TANH_SERIES[:-1]):
-        series = series * x2 + c(coef)
+        series = series * x2 + _f32(coef)
     small = x * series
-    large = c(1.0) - c(2.0) / (c(1.0) + fast_exp(c(2.0) * tirx.min(ax, c(20.0))))
-    signed = tirx.Select(x < c(0.0), -large, large)
-    out = tirx.Select(ax < c(_TANH_SMALL), small, signed)
+    e2x = fast_exp(_f32(2.0) * tirx.min(ax, _f32(20.0)))
+    large = _f32(1.0) - _f32(2.0) / (_f32(1.0) + e2x)
+    signed = tirx.Select(x < _f32(0.0), -large, large)
+    out = tirx.Select(ax < _f32(_TANH_SMALL), small, signed)
     return tirx.Select(tirx.isnan(x), x, out)
 
 

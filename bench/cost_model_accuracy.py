@@ -237,7 +237,8 @@ def main() -> int:
           f"ours+psf {1e3 * feats.seconds[True]:.2f}")
     failures = sum(1 for t in tasks for _, r in data[t.key] if not r.ok)
     with open(args.out, "w") as f:
-        json.dump({"space": args.space, "shapes": None if args.db else args.shapes, "db": args.db, "tasks": [t.name for t in tasks],
+        json.dump({"space": args.space, "shapes": None if args.db else args.shapes,
+                   "db": args.db, "tasks": [t.name for t in tasks],
                    "per_task": args.per_task, "local": args.local, "failures": failures,
                    "feature_ms": {k: 1e3 * v for k, v in feats.seconds.items()},
                    "summary": summary, "rows": rows}, f, indent=1)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from autosched.canonical import expr_dtype
+
 _KINDS = {0: "serial", 1: "parallel", 2: "vectorized", 3: "unrolled", 4: "thread"}
 _INDEX_OPS = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%",
               "Div": "//", "Mod": "%", "Min": "min", "Max": "max"}
@@ -70,10 +72,6 @@ def _dtype_bytes(dtype: str) -> int:
     return max(1, bits * lanes // 8)
 
 
-def _ty(e) -> str:
-    return str(e.ty) if hasattr(e, "ty") else str(e.dtype)
-
-
 def _unroll_value(annotations) -> int:
     best = 0
     for key in annotations.keys():
@@ -122,7 +120,7 @@ class _Walker:
             return
         if kind in ("IntImm", "FloatImm", "Var", "StringImm"):
             return
-        is_float = "float" in _ty(e)
+        is_float = "float" in expr_dtype(e)
         if kind in ("Add", "Sub", "Mul", "Div", "FloorDiv", "FloorMod", "Mod"):
             name = {"Add": "add", "Sub": "add", "Mul": "mul"}.get(kind, "div")
             _bump(ops, name if is_float else "int")

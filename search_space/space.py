@@ -50,8 +50,7 @@ class SearchSpace:
         """The computation a sketch schedules: the task's own, or for a sketch that takes
         variants (`math_variants`) and a task that has one, the fast-math form when the
         `fast_math` decision says so (same blocks, vectorisable exp / tanh)."""
-        variants = getattr(self.task, "variants", {})
-        if getattr(sketch, "math_variants", False) and "fast_math" in variants:
+        if getattr(sketch, "math_variants", False) and "fast_math" in self.task.variants:
             if decide.choice("fast_math", (False, True)):
                 return self.task.variant_mod("fast_math")
         return self.task.mod

@@ -13,9 +13,9 @@ formula) is refused: its task keys differ from the current definition's.
 """
 from __future__ import annotations
 
-import torch
-
 from pathlib import Path
+
+import torch
 
 from .memeff_kernels import Kernel, device_tables, gelu_backward, gelu_forward
 

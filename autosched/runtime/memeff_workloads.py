@@ -8,10 +8,10 @@ torch operators, in one pass over the elements: from the saved GELU output y and
 1-byte branch mask, the table coordinate sqrt(y - y*), a linear interpolation in the
 branch's derivative table, times the incoming gradient. Its inputs, in order: grad_y, y,
 mask (uint8, 0 or 1), table and slope (memeff_kernels.device_tables: 2 x TABLE_SIZE
-entries each). The numerics are the
-torch kernel's, so its tolerance (memeff_kernels) holds for this kernel too.
-`memeff_kernels.library_gelu_kernel` turns an exported library of it into the Kernel the
-runtime swaps in.
+entries each). The numerics are the torch kernel's, so its tolerance (memeff_kernels)
+holds for this kernel too.
+`memeff_library.memeff_library_kernels` turns an exported library of it into the Kernel
+the runtime swaps in.
 """
 import autosched
 from autosched.runtime.memeff_kernels import TABLE_SIZE, gelu_tables
