@@ -19,6 +19,12 @@
    best latency among the model's top 5: 1.0 means the top 5 hold the best kernel).
 3. Prints one table and writes `--out` (JSON).
 
+`--remeasure CACHE` measures every candidate once more, in this later session, and adds
+a "remeasured (ceiling)" row: the second session's latencies scored like a model's
+against the first session's. Timing on a shared machine is not exactly repeatable
+(other load, frequency, memory placement), so no model can order the test pairs
+better than this.
+
 `--db FILE` skips step 1 and holds out each task of a tuning database instead (for
 example the seven operators bench/vs_metaschedule.py --db keeps): the candidates are
 then the ones a search chose to measure, mostly good ones, which are harder to order
@@ -75,18 +81,41 @@ def space_factory(kind: str):
     return lambda task, target: SearchSpace(task, target, module.TilingRules())
 
 
-def measure_tasks(tasks, target, make_space, per_task: int, cache: str, seed: int) -> dict:
-    """task key -> list of (candidate, result); measures only what the cache lacks."""
-    from autosched.measure.factory import make_measurer
-
+def _read_cache(cache: str) -> dict:
     done: dict[str, list] = {}
     if os.path.exists(cache):
         for line in open(cache):
             row = json.loads(line)
             done.setdefault(row["task"], []).append(
                 (Candidate.from_json(row["candidate"]), MeasureResult.from_json(row["result"])))
+    return done
+
+
+def _measure_into(measurer, cache_file, task, target, pairs, have: list, total: int) -> None:
+    """Measure (candidate, module) pairs of `task` in batches, appending to `have` and
+    to the cache file as they finish."""
+    todo = [MeasureInput(task, target, cand, mod) for cand, mod in pairs]
+    for lo in range(0, len(todo), 16):
+        batch = todo[lo:lo + 16]
+        for inp, res in zip(batch, measurer.measure(batch)):
+            have.append((inp.candidate, res))
+            cache_file.write(json.dumps({"task": task.key, "candidate": inp.candidate.to_json(),
+                                         "result": res.to_json()}) + "\n")
+        cache_file.flush()
+        print(f"  {task.name}: {len(have)}/{total} measured", file=sys.stderr)
+
+
+def _measurer():
+    from autosched.measure.factory import make_measurer
+
     settings = MeasureSettings(number=3, repeat=3, min_repeat_ms=10, build_workers=2)
-    with make_measurer(settings, "local") as measurer, open(cache, "a") as out:
+    return make_measurer(settings, "local")
+
+
+def measure_tasks(tasks, target, make_space, per_task: int, cache: str, seed: int) -> dict:
+    """task key -> list of (candidate, result); measures only what the cache lacks."""
+    done = _read_cache(cache)
+    with _measurer() as measurer, open(cache, "a") as out:
         for task in tasks:
             have = done.setdefault(task.key, [])
             space, rng = make_space(task, target), random.Random(seed)
@@ -96,16 +125,25 @@ def measure_tasks(tasks, target, make_space, per_task: int, cache: str, seed: in
                 cand, mod = space.sample(rng)
                 if cand.key not in seen:
                     seen.add(cand.key)
-                    todo.append(MeasureInput(task, target, cand, mod))
-            for lo in range(0, len(todo), 16):
-                batch = todo[lo:lo + 16]
-                for inp, res in zip(batch, measurer.measure(batch)):
-                    have.append((inp.candidate, res))
-                    out.write(json.dumps({"task": task.key, "candidate": inp.candidate.to_json(),
-                                          "result": res.to_json()}) + "\n")
-                out.flush()
-                print(f"  {task.name}: {len(have)}/{per_task} measured", file=sys.stderr)
+                    todo.append((cand, mod))
+            _measure_into(measurer, out, task, target, todo, have, per_task)
     return done
+
+
+def remeasure(tasks, target, make_space, data: dict, cache: str) -> dict:
+    """The same candidates measured again in a later session (into their own cache):
+    {(task key, candidate key): latency}. How often two sessions order a pair alike is
+    the most any model can score against one session's measurements."""
+    done = _read_cache(cache)
+    with _measurer() as measurer, open(cache, "a") as out:
+        for task in tasks:
+            have = done.setdefault(task.key, [])
+            seen = {c.key for c, _ in have}
+            space = make_space(task, target)
+            todo = [(c, space.apply(c)) for c, _ in data[task.key] if c.key not in seen]
+            _measure_into(measurer, out, task, target, todo, have, len(data[task.key]))
+    return {(key, c.key): (r.median if r.ok else math.inf)
+            for key, pairs in done.items() for c, r in pairs}
 
 
 def database_tasks(path: str):
@@ -114,7 +152,14 @@ def database_tasks(path: str):
 
     if not os.path.exists(path):
         raise SystemExit(f"--db {path}: not found")
-    groups = database_groups(f"sqlite:///{os.path.abspath(path)}")
+    from cost_model.transfer import TransferReport
+
+    report = TransferReport()
+    groups = [g for g in database_groups(f"sqlite:///{os.path.abspath(path)}", report)
+              if len(g[2]) >= 2]
+    if len(groups) < 2:
+        raise SystemExit(f"--db {path}: {len(groups)} task(s) with usable records (need 2; "
+                         f"skipped: {report.skipped_records or 'none'})")
     return [g[0] for g in groups], {g[0].key: g[2] for g in groups}
 
 
@@ -162,13 +207,18 @@ def latencies(pairs) -> np.ndarray:
     return np.array([r.median if r.ok else math.inf for _, r in pairs])
 
 
-def evaluate(tasks, data, feats, n_local: int, seed: int) -> list[dict]:
+def evaluate(tasks, data, feats, n_local: int, seed: int, again: dict | None = None) -> list[dict]:
     rows = []
     for held in tasks:
         pairs = list(data[held.key])
         random.Random(seed).shuffle(pairs)
         local, test = pairs[:n_local], pairs[n_local:]
         lat = latencies(test)
+        if again is not None:  # the second session "predicts" the first
+            scores = [-again[(held.key, c.key)] for c, _ in test]
+            rows.append({"task": held.name, "model": "remeasured (ceiling)",
+                         "pairwise": pairwise_accuracy(scores, lat),
+                         "top5": top5_ratio(scores, lat)})
         for psf in (False, True):
             cfg = FeatureConfig(per_store_feature=psf)
             models = {}
@@ -210,6 +260,9 @@ def main() -> int:
                     "logs/bench_cost_model_records[_SHAPES].jsonl)")
     ap.add_argument("--out", default="logs/bench_cost_model.json")
     ap.add_argument("--db", help="SQLite file of tuning records: hold out each of its tasks")
+    ap.add_argument("--remeasure", metavar="CACHE",
+                    help="measure the same candidates again into CACHE (JSON lines) and "
+                    "report how well that second session orders the first: the ceiling")
     args = ap.parse_args()
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     target = resolve_target("llvm")
@@ -225,7 +278,9 @@ def main() -> int:
                  for m, n, k in SHAPES[args.shapes]]
         data = measure_tasks(tasks, target, make_space, args.per_task, args.cache, args.seed)
     feats = Features(tasks, target, make_space, data)
-    rows = evaluate(tasks, data, feats, args.local, args.seed)
+    again = remeasure(tasks, target, make_space, data, args.remeasure) \
+        if args.remeasure else None
+    rows = evaluate(tasks, data, feats, args.local, args.seed, again)
     summary = {}
     for name in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == name]
