@@ -236,7 +236,6 @@ def evaluate(tasks, data, feats, n_local: int, seed: int, again: dict | None = N
             with tempfile.TemporaryDirectory() as tmp:  # the user's path: save, load, update
                 transfer.save(os.path.join(tmp, "transfer.json"))
                 both = XGBRanker(seed=seed).load(os.path.join(tmp, "transfer.json"))
-            both.rounds = cold.rounds
             both.add_group(held.key, feats.matrix(psf, held, local), latencies(local))
             both.fit()
             models["transfer+local"] = both
