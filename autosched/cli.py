@@ -42,6 +42,9 @@ def _add_tune(sub) -> None:
     p.add_argument("--strategy", default="evolutionary",
                    help="evolutionary (guided by the learned cost model) or random")
     p.add_argument("--model", metavar="PATH", help="cost model to warm-start from")
+    p.add_argument("--no-transfer", action="store_true",
+                   help="without --model, do not warm-start the cost model from the "
+                        "database's records of other shapes of the same workloads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--work-dir", default="logs", help="logs and the default database")
@@ -96,7 +99,8 @@ def _run_tune(args) -> int:
     config = TuneConfig(target=args.target, trials=args.trials, db_url=args.db,
                         runner=args.runner, strategy=args.strategy, seed=args.seed,
                         batch_size=args.batch_size, dry_run=args.dry_run,
-                        work_dir=args.work_dir, model_path=args.model, measure=settings)
+                        work_dir=args.work_dir, model_path=args.model,
+                        transfer=not args.no_transfer, measure=settings)
     if config.dry_run:
         return _dry_run(tasks, config)
     from .progress import JsonLog, ProgressBar, summary_table
@@ -105,6 +109,8 @@ def _run_tune(args) -> int:
     log = JsonLog(config.work_dir)
     result = tune_tasks(tasks, config, [ProgressBar(), log])
     print(summary_table(result))
+    if result.warm_start is not None:
+        print(result.warm_start.describe())
     from .db import mask_password
 
     print(f"records: {mask_password(result.db_url)}   log: {log.path}")

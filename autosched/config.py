@@ -18,6 +18,9 @@ class TuneConfig:
     dry_run: bool = False
     work_dir: str = "logs"
     model_path: str | None = None
+    # without model_path: warm-start the cost model from the database's records of
+    # other shapes of the same workloads (see warm_start.py)
+    transfer: bool = True
     measure: MeasureSettings = field(default_factory=MeasureSettings)
 
     def __post_init__(self):

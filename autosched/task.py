@@ -41,6 +41,9 @@ class Task:
     # the same computation written another way, that a schedule may choose instead:
     # {"fast_math": PrimFunc with vectorisable exp / tanh} (see fast_math.py)
     variants: dict = field(repr=False, default_factory=dict)
+    # the workload definition it was made from (other shapes of it are rebuilt from it
+    # to learn from their records); None for a task read back from JSON
+    definition: Any = field(repr=False, default=None)
 
     @property
     def name(self) -> str:

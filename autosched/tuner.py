@@ -44,6 +44,7 @@ class TuneResult:
     db_url: str
     target: object
     stopped: str | None = None  # why the run ended before its budget (no RPC server left)
+    warm_start: object = None   # WarmStart: what the cost model learned before the run
 
     @property
     def trials(self) -> int:
@@ -88,6 +89,7 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = ()) -> Tun
     try:
         versions = current_versions(SPACE_VERSION)
         known_tasks = db.tasks()
+        warm = _warm_start(strategy_options, config, tasks, db, target, versions, known_tasks)
         states = []
         for task in tasks:
             db.register_task(task.to_json())
@@ -99,7 +101,8 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = ()) -> Tun
                 st.best_latency = st.best_record.latency
             _seed_strategy(st, db, target, versions, known_tasks)
             states.append(st)
-        result = TuneResult(states, getattr(db, "url", config.database_url), target)
+        result = TuneResult(states, getattr(db, "url", config.database_url), target,
+                            warm_start=warm)
         for cb in callbacks:
             cb.on_start(states, config.trials)
         from .measure.factory import make_measurer
@@ -127,6 +130,18 @@ def _strategy_options(config: TuneConfig) -> dict:
 
     return {"seed": config.seed,
             "cost_model": make_cost_model("xgb", config.model_path, seed=config.seed)}
+
+
+def _warm_start(options: dict, config: TuneConfig, tasks, db, target, versions, known_tasks):
+    """Train the run's shared cost model on the database's records of other shapes of
+    the tuned workloads, unless a model was given or transfer is off."""
+    model = options.get("cost_model")
+    if model is None or config.model_path or not config.transfer or \
+            not hasattr(model, "freeze"):
+        return None
+    from .warm_start import warm_start
+
+    return warm_start(model, tasks, db, target, versions, known_tasks)
 
 
 _SIMILAR_PER_TASK = 4

@@ -165,6 +165,7 @@ def make_task(wdef: WorkloadDef, args: dict) -> Task:
         key=task_key(canonical, args),
         canonical=canonical,
         variants=_variants(wdef, args, canonical, func),
+        definition=wdef,
     )
 
 

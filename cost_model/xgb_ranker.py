@@ -165,6 +165,14 @@ class XGBRanker:
                                       num_boost_round=ON_BASE_ROUNDS,
                                       xgb_model=self._base.copy())
 
+    def freeze(self) -> "XGBRanker":
+        """Keep what the model has learned as the base that later updates boost on top
+        of (what `load` does with a saved model); its training rows are dropped."""
+        if self._booster is not None:
+            self._base = self._booster
+        self._rows.clear()
+        return self
+
     def save(self, path: str) -> None:
         """Write `path` (XGBoost JSON model) and its sidecar, each atomically."""
         if self._booster is None:
@@ -200,10 +208,9 @@ class XGBRanker:
         self.rounds = int(meta.get("rounds", self.rounds))
         self.params = dict(DEFAULT_PARAMS, **meta.get("params", {}))
         self.summary = dict(meta.get("summary", {}))
-        self._base = self._booster = booster
-        self._rows.clear()
+        self._booster = booster
         self._cache.clear()
-        return self
+        return self.freeze()
 
 
 def _read_sidecar(path: str) -> dict:

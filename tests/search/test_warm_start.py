@@ -1,0 +1,76 @@
+"""Transfer without --model: a run's cost model learns from the database's records of
+other shapes of the same workload before its first batch (replaying measurer, no builds)."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from autosched.config import TuneConfig
+from autosched.db import open_database
+from autosched.tuner import tune_tasks
+from cost_model.xgb_ranker import XGBRanker
+
+
+@pytest.fixture
+def loop(tmp_path, synthetic, monkeypatch):
+    """tune(tasks, **config) with the synthetic device; returns (result, shared model)."""
+    models = []
+
+    def options(config):
+        models.append(XGBRanker(rounds=20, seed=config.seed))
+        return {"seed": config.seed, "population": 16, "generations": 1,
+                "cost_model": models[-1]}
+
+    monkeypatch.setattr("search_space.cpu.RULES", synthetic.TilingRules())
+    monkeypatch.setattr("autosched.measure.factory.make_measurer", synthetic.ReplayingMeasurer)
+    monkeypatch.setattr("autosched.tuner._strategy_options", options)
+    url = f"sqlite:///{tmp_path}/t.db"
+
+    def tune(tasks, **overrides):
+        config = TuneConfig(**{"trials": 16, "batch_size": 8, "db_url": url,
+                               "work_dir": str(tmp_path), **overrides})
+        return tune_tasks(tasks, config), models[-1]
+
+    tune.url = url
+    return tune
+
+
+def test_a_new_shape_starts_from_the_records_of_the_others(loop, synthetic):
+    loop([synthetic.matmul_task(256, 256, 256)], trials=24)
+    loop([synthetic.matmul_task(128, 256, 64)], trials=16)
+    result, model = loop([synthetic.matmul_task(64, 128, 256)], trials=8)
+    warm = result.warm_start
+    assert warm.records == 24 + 16
+    assert sorted(warm.tasks) == ["matmul(M=128,N=256,K=64)", "matmul(M=256,N=256,K=256)"]
+    assert "40 records of 2 other shape(s)" in warm.describe()
+    assert model._base is not None  # the run's own measurements boost on top of it
+    base_rounds = model._base.num_boosted_rounds()
+    assert base_rounds == 20 and model._booster.num_boosted_rounds() > base_rounds
+
+
+def test_no_warm_start_from_other_workloads_the_tuned_task_or_when_disabled(loop, synthetic):
+    first, model = loop([synthetic.matmul_task(256, 256, 256, name="other_matmul")])
+    assert first.warm_start is None and model._base is None  # empty database
+    again, _ = loop([synthetic.matmul_task(256, 256, 256, name="other_matmul")])
+    assert again.warm_start is None                          # its own records: not "other"
+    result, model = loop([synthetic.matmul_task(128, 128, 128)])
+    assert result.warm_start is None and model._base is None  # another workload's records
+    loop([synthetic.matmul_task(64, 64, 64)])
+    off, model = loop([synthetic.matmul_task(128, 64, 64)], transfer=False)
+    assert off.warm_start is None and model._base is None
+
+
+def test_records_of_another_space_version_are_not_learned_from(loop, synthetic):
+    loop([synthetic.matmul_task(256, 256, 256)])
+    path = loop.url[len("sqlite:///"):]
+    with sqlite3.connect(path) as conn:  # as if written under an older search space
+        conn.execute("UPDATE autosched_records SET space_version = 'old', "
+                     "versions = json_set(versions, '$.space', 'old')")
+    db = open_database(loop.url)
+    try:
+        assert {r.versions["space"] for r in db.records()} == {"old"}
+    finally:
+        db.close()
+    result, model = loop([synthetic.matmul_task(128, 256, 64)])
+    assert result.warm_start is None and model._base is None
