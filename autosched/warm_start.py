@@ -36,8 +36,10 @@ class WarmStart:
     tasks: list[str]
 
     def describe(self) -> str:
+        names = ", ".join(self.tasks[:3]) + (f" and {len(self.tasks) - 3} more"
+                                             if len(self.tasks) > 3 else "")
         return (f"cost model warm-started from {self.records} records of "
-                f"{len(self.tasks)} other shape(s) in the database: {', '.join(self.tasks)}")
+                f"{len(self.tasks)} other shape(s) in the database: {names}")
 
 
 def similar_groups(tasks, db, target, versions, known_tasks: list[dict]) -> list:

@@ -14,6 +14,13 @@ and their ratio, writes JSON and a PNG of both curves.
 
 `--db` is the database bench/vs_metaschedule.py keeps with `--db` (7 operators x 256
 records): run that first.
+
+`--similar-shapes` measures the other transfer, the one `autosched tune` does by itself:
+from other shapes of the same workload. Each shape of `SIMILAR_SHAPES` is first tuned
+cold for `--shape-trials` into `--shapes-db` (kept: a rerun tunes only shapes with fewer
+records), then the held-out shape is tuned from an empty database (cold, --no-transfer)
+and from a copy of that database (warm: the automatic warm start of the cost model and
+the other shapes' best records as seeds, exactly what a user's run gets).
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -28,6 +36,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from ops import OPS, best_so_far, database_groups, recorded  # noqa: E402
+
+# Other shapes of the benchmarked workloads (the held-out shape is the one in ops.OPS).
+SIMILAR_SHAPES = {
+    "matmul": ["M=512,N=512,K=256", "M=256,N=512,K=512", "M=384,N=384,K=384",
+               "M=512,N=256,K=384"],
+    "dense_bias_gelu": ["M=128,N=1024,K=1024", "M=256,N=768,K=768", "M=256,N=1024,K=512",
+                        "M=512,N=512,K=1024"],
+}
 
 
 def train_model(db_url: str, held_key: str, path: str) -> dict:
@@ -46,17 +62,63 @@ def train_model(db_url: str, held_key: str, path: str) -> dict:
     return {**report.to_json(), "tasks": sorted({g[0].name for g in groups})}
 
 
-def tune_curve(task, trials: int, seed: int, work_dir: str, model_path: str | None):
-    """Best-so-far latency per trial of one tuning run from an empty database."""
+def tune_curve(task, trials: int, seed: int, work_dir: str, model_path: str | None,
+               transfer: bool = False):
+    """Best-so-far latency per trial of one tuning run on `work_dir`/tune.db (empty
+    unless the caller put a database there)."""
     from autosched.config import TuneConfig
     from autosched.tuner import tune_tasks
 
     url = f"sqlite:///{work_dir}/tune.db"
     start = time.perf_counter()
-    tune_tasks([task], TuneConfig(target="llvm", trials=trials, db_url=url, seed=seed,
-                                  work_dir=work_dir, model_path=model_path))
+    result = tune_tasks([task], TuneConfig(target="llvm", trials=trials, db_url=url, seed=seed,
+                                           work_dir=work_dir, model_path=model_path,
+                                           transfer=transfer))
     wall = time.perf_counter() - start
+    if result.warm_start is not None:
+        print(f"   {result.warm_start.describe()}", file=sys.stderr, flush=True)
     return best_so_far(recorded(url, task.key)), wall
+
+
+def shapes_database(op, trials: int, seed: int, path: str) -> list:
+    """Tune every shape of SIMILAR_SHAPES[op] cold for `trials` into `path` (only those
+    with fewer records); returns their tasks."""
+    from autosched.config import TuneConfig
+    from autosched.tuner import tune_tasks
+    from autosched.workload import load_tasks
+
+    from ops import EXAMPLES
+
+    url = f"sqlite:///{os.path.abspath(path)}"
+    tasks = [load_tasks(str(EXAMPLES / op.op_file), [op.workload], shape.split(","))[0]
+             for shape in SIMILAR_SHAPES[op.name]]
+    for task in tasks:
+        have = len(recorded(url, task.key)) if os.path.exists(path) else 0
+        if have < trials:
+            print(f"== {op.name}: shape {task.name} ({trials - have} trials)", file=sys.stderr,
+                  flush=True)
+            tune_tasks([task], TuneConfig(target="llvm", trials=trials - have, db_url=url,
+                                          seed=seed, transfer=False,
+                                          work_dir=os.path.dirname(os.path.abspath(path))))
+    return tasks
+
+
+def run_similar(op, trials: int, seed: int, shape_trials: int, shapes_db: str) -> dict:
+    task = op.task()
+    others = shapes_database(op, shape_trials, seed, shapes_db)
+    curves, walls = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("cold", "transfer"):
+            work = os.path.join(tmp, name)
+            os.makedirs(work)
+            if name == "transfer":
+                shutil.copy(shapes_db, os.path.join(work, "tune.db"))
+            print(f"== {op.name}: {name}", file=sys.stderr, flush=True)
+            curves[name], walls[name] = tune_curve(task, trials, seed, work, None,
+                                                   transfer=name == "transfer")
+    return _curve_row(op, task, trials, curves, walls,
+                      {"rows": shape_trials * len(others), "tasks": [t.name for t in others],
+                       "how": "automatic warm start from other shapes of the workload"})
 
 
 def trials_to_reach(curve, latency: float) -> int | None:
@@ -74,6 +136,10 @@ def run_op(op, trials: int, seed: int, db_url: str) -> dict:
             os.makedirs(work)
             print(f"== {op.name}: {name}", file=sys.stderr, flush=True)
             curves[name], walls[name] = tune_curve(task, trials, seed, work, path)
+    return _curve_row(op, task, trials, curves, walls, report)
+
+
+def _curve_row(op, task, trials: int, curves: dict, walls: dict, report: dict) -> dict:
     goal = curves["cold"][-1] / 0.9
     reach = {name: trials_to_reach(c, goal) for name, c in curves.items()}
     return {"op": op.name, "flops": task.flops, "trials": trials, "trained_on": report,
@@ -111,17 +177,28 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=256)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="bench/results")
+    p.add_argument("--similar-shapes", action="store_true",
+                   help="transfer from other shapes of the same workload (automatic)")
+    p.add_argument("--shape-trials", type=int, default=64)
+    p.add_argument("--shapes-db", default="logs/bench_transfer_shapes.db")
     a = p.parse_args()
-    if not os.path.exists(a.db):
-        p.error(f"--db {a.db}: not found (run bench/vs_metaschedule.py --db {a.db} first)")
-    db_url = f"sqlite:///{os.path.abspath(a.db)}"
     names = a.held_out.split(",")
     unknown = set(names) - {o.name for o in OPS}
     if unknown:
         p.error(f"--held-out: unknown operators {sorted(unknown)}")
-    rows = [run_op(op, a.trials, a.seed, db_url) for op in OPS if op.name in names]
+    if a.similar_shapes:
+        if set(names) - set(SIMILAR_SHAPES):
+            p.error(f"--similar-shapes: shapes are listed for {sorted(SIMILAR_SHAPES)} only")
+        rows = [run_similar(op, a.trials, a.seed, a.shape_trials, a.shapes_db)
+                for op in OPS if op.name in names]
+    else:
+        if not os.path.exists(a.db):
+            p.error(f"--db {a.db}: not found (run bench/vs_metaschedule.py --db {a.db} first)")
+        db_url = f"sqlite:///{os.path.abspath(a.db)}"
+        rows = [run_op(op, a.trials, a.seed, db_url) for op in OPS if op.name in names]
     os.makedirs(a.out, exist_ok=True)
-    stem = os.path.join(a.out, f"transfer_curve_{a.trials}")
+    stem = os.path.join(a.out, f"transfer_curve_{'shapes_' if a.similar_shapes else ''}"
+                               f"{a.trials}")
     with open(stem + ".json", "w") as f:
         json.dump(rows, f, indent=1, default=lambda x: None)
     plot(rows, stem + ".png")
