@@ -47,8 +47,8 @@ def test_loop_and_vector_features_of_a_known_tiling(matmul_space, tiled):
 
 
 def test_vector_odd_marks_vector_lengths_that_are_not_powers_of_two(synthetic):
-    """A 48-wide vector loop (3 AVX-512 registers) measured 2.6-22x slower than its
-    power-of-two neighbours on our CPU; the feature is log2 of the odd factor."""
+    """48-wide vector loops (3 AVX-512 registers) measured a median 5.3x slower than the
+    best matmul candidate on our CPU; the feature is log2 of the odd factor."""
     space = synthetic.make_space(synthetic.matmul_task(M=64, N=384, K=64))
     odd = {}
     for j3 in (48, 16, 24):
