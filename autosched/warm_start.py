@@ -47,6 +47,8 @@ def similar_groups(tasks, db, target, versions, known_tasks: list[dict]) -> list
     as one of `tasks` but another shape, with its newest usable records on `target`
     and this machine. A task whose definition has changed since (its rebuilt key
     differs) is left out."""
+    from cost_model.transfer import rebuild_task
+
     tuned = {t.key for t in tasks}
     by_workload = {t.workload: t.definition for t in tasks if t.definition is not None}
     groups, total = [], 0
@@ -60,12 +62,8 @@ def similar_groups(tasks, db, target, versions, known_tasks: list[dict]) -> list
         records = records[-min(PER_TASK, MAX_RECORDS - total):]
         if len(records) < 2:
             continue
-        from .workload import make_task
-
-        stored = dict(info.get("args") or {})  # in the definition's order, for its name
-        args = {k: stored[k] for k in wdef.params if k in stored}
-        task = make_task(wdef, {**args, **stored})
-        if task.key != info["key"]:
+        task = rebuild_task(wdef, dict(info.get("args") or {}), info["key"])
+        if task is None:
             continue
         groups.append((task, [(Candidate.from_json(r.candidate), r.result) for r in records]))
         total += len(records)

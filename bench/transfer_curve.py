@@ -108,19 +108,30 @@ def shapes_database(op, trials: int, seed: int, path: str) -> list:
 def run_similar(op, trials: int, seed: int, shape_trials: int, shapes_db: str) -> dict:
     task = op.task()
     others = shapes_database(op, shape_trials, seed, shapes_db)
-    curves, walls = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("cold", "transfer"):
-            work = os.path.join(tmp, name)
-            os.makedirs(work)
-            if name == "transfer":
-                shutil.copy(shapes_db, os.path.join(work, "tune.db"))
-            print(f"== {op.name}: {name}", file=sys.stderr, flush=True)
-            curves[name], walls[name] = tune_curve(task, trials, seed, work, None,
-                                                   transfer=name == "transfer")
+        curves, walls = cold_and_transfer(op, task, trials, seed, tmp, db_copy=shapes_db)
     return _curve_row(op, task, trials, curves, walls,
                       {"rows": shape_trials * len(others), "tasks": [t.name for t in others],
                        "how": "automatic warm start from other shapes of the workload"})
+
+
+def cold_and_transfer(op, task, trials: int, seed: int, tmp: str, model_path: str | None = None,
+                      db_copy: str | None = None):
+    """Two runs of `task` with the same seed: cold (empty database, no model) and with
+    transfer (`model_path`, or the automatic warm start from a copy of `db_copy`).
+    Returns their curves and wall times by name."""
+    curves, walls = {}, {}
+    for name in ("cold", "transfer"):
+        work = os.path.join(tmp, name)
+        os.makedirs(work)
+        warm = name == "transfer"
+        if warm and db_copy:
+            shutil.copy(db_copy, os.path.join(work, "tune.db"))
+        print(f"== {op.name}: {name}", file=sys.stderr, flush=True)
+        curves[name], walls[name] = tune_curve(task, trials, seed, work,
+                                               model_path if warm else None,
+                                               transfer=warm and bool(db_copy))
+    return curves, walls
 
 
 def trials_to_reach(curve, latency: float) -> int | None:
@@ -132,12 +143,7 @@ def run_op(op, trials: int, seed: int, db_url: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         model_path = os.path.join(tmp, "model.json")
         report = train_model(db_url, task.key, model_path)
-        curves, walls = {}, {}
-        for name, path in (("cold", None), ("transfer", model_path)):
-            work = os.path.join(tmp, name)
-            os.makedirs(work)
-            print(f"== {op.name}: {name}", file=sys.stderr, flush=True)
-            curves[name], walls[name] = tune_curve(task, trials, seed, work, path)
+        curves, walls = cold_and_transfer(op, task, trials, seed, tmp, model_path=model_path)
     return _curve_row(op, task, trials, curves, walls, report)
 
 

@@ -77,13 +77,24 @@ def train_from_records(groups, target, *, space_factory=None, model: XGBRanker |
     return model
 
 
+def rebuild_task(wdef, args: dict, key: str):
+    """The task a record was measured on, rebuilt from its workload definition and stored
+    arguments (ordered as the definition lists them, for its name); None when the
+    definition has changed since (the rebuilt key differs)."""
+    from autosched.workload import make_task
+
+    ordered = {k: args[k] for k in wdef.params if k in args}
+    task = make_task(wdef, {**ordered, **args})
+    return task if task.key == key else None
+
+
 def groups_from_database(db, op_files: list[str], target_kind: str, versions: dict,
                          report: TransferReport | None = None) -> list:
     """(task, target, [(candidate, result), ...]) per (task, target, hardware) in `db`,
     for records of `target_kind` whose versions match `versions`."""
     from autosched.db import compatible_versions
     from autosched.target import TargetSpec
-    from autosched.workload import load_op_file, make_task
+    from autosched.workload import load_op_file
     from search_space import Candidate
 
     report = report if report is not None else TransferReport()
@@ -105,11 +116,11 @@ def groups_from_database(db, op_files: list[str], target_kind: str, versions: di
         if rec.workload not in defs:
             report.skip("workload not in the op files")
             continue
-        ident = (rec.workload, json.dumps(rec.args, sort_keys=True))
+        ident = (rec.workload, json.dumps(rec.args, sort_keys=True), rec.task_key)
         if ident not in tasks:
-            tasks[ident] = make_task(defs[rec.workload], dict(rec.args))
+            tasks[ident] = rebuild_task(defs[rec.workload], dict(rec.args), rec.task_key)
         task = tasks[ident]
-        if task.key != rec.task_key:
+        if task is None:
             report.skip("op file changed since the record was made")
             continue
         key = (rec.task_key, rec.target_key, rec.hardware_key)
