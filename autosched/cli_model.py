@@ -28,7 +28,8 @@ def add_parser(subparsers):
                    help="op file (or directory of op files) defining the recorded workloads")
     t.add_argument("--target", default="llvm", choices=("llvm", "cuda"),
                    help="train on records of this target kind")
-    t.add_argument("--rounds", type=int, default=200, help="boosting rounds")
+    t.add_argument("--rounds", type=int, help="boosting rounds (default: the ranker's "
+                   "setting for many tasks' records)")
     t.add_argument("-o", "--output", required=True, metavar="PATH", help="model file (.json)")
     t.set_defaults(func=run)
     return p
@@ -60,7 +61,7 @@ def run(args) -> int:
 
     if not args.output.endswith(".json"):
         raise UserError(f"-o: the model file must end in .json, got {args.output!r}")
-    if args.rounds < 1:
+    if args.rounds is not None and args.rounds < 1:
         raise UserError(f"--rounds must be >= 1, got {args.rounds}")
     files = _op_files(args.op_file)
     report = TransferReport()
@@ -75,7 +76,7 @@ def run(args) -> int:
         raise UserError(f"{mask_password(url or '')}: no usable {args.target} records "
                         f"(skipped: {report.skipped_records or 'none'})")
     model = train_from_records(groups, None, report=report, model=XGBRanker(
-        features=FeatureConfig(target_kind=args.target), rounds=args.rounds))
+        features=FeatureConfig(target_kind=args.target)).for_transfer(args.rounds))
     if not model.trained:
         raise UserError("records carry no ranking signal (each task needs two candidates "
                         "with different outcomes)")

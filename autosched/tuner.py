@@ -137,7 +137,7 @@ def _warm_start(options: dict, config: TuneConfig, tasks, db, target, versions, 
     the tuned workloads, unless a model was given or transfer is off."""
     model = options.get("cost_model")
     if model is None or config.model_path or not config.transfer or \
-            not hasattr(model, "freeze"):
+            not hasattr(model, "for_transfer"):
         return None
     from .warm_start import warm_start
 

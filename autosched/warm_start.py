@@ -1,20 +1,24 @@
 """Transfer without `--model`: warm-start the cost model from the database.
 
 A team's database often already holds records of other shapes of the workload being
-tuned (another batch size, another layer width) on the same target and machine. The
-ranker is trained on them before the first batch, as `autosched model train` would,
-and kept as the base that this run's own measurements correct (see `XGBRanker.freeze`).
+tuned (another batch size, another layer width) on the same target and machine. Before
+the first batch the run's ranker is given their records as training groups, with the
+settings for many tasks' data (`XGBRanker.for_transfer`), and keeps them: every later
+retrain learns from them and from this run's measurements together.
 
-Only other shapes of the same workloads are used. Across shapes the transfer pays: on
-held-out layer-sized matmuls it orders random candidates at 0.736 pairwise accuracy
-before any local measurement, where a cold model trained on 16 local ones reaches 0.623
-(bench/results/cost_model_heldout_matmul_large.json). Across operators it does not:
-0.483 over the seven benchmark operators, no better than chance
-(bench/results/cost_model_heldout_ops.json).
+Only other shapes of the same workloads are used. Across shapes the transfer pays, and
+more so the more shapes the database holds: on 15 held-out layer-sized matmuls, a model
+trained on the other 14 orders random candidates at 0.800 pairwise accuracy before any
+local measurement (4 other shapes: 0.726, 8: 0.761), where a cold model trained on 16
+local ones reaches 0.621; with those 16 local ones learned together with the others it
+is 0.797, where boosting local trees on top of the frozen transfer model lost accuracy
+(0.762). Across operators it does not pay: 0.483 over the seven benchmark operators, no
+better than chance (bench/results/cost_model_heldout_*.json).
 
-Every record is replayed in its task's space to get its program (3.5 ms a record for a
-512x512x256 matmul here), so the newest `PER_TASK` records of each similar task,
-`MAX_RECORDS` in all, are used: seconds, not minutes, before the first batch.
+Every record is replayed in its task's space to get its program (about 5 ms a record for
+a 512x512x256 matmul here), so at most `MAX_RECORDS` are used, shared evenly by the
+similar shapes (more shapes beat more records of fewer shapes: 14 shapes x 48 records
+0.745, 4 x 144 0.726), at most `PER_TASK` and at least `MIN_PER_TASK` each, newest first.
 """
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ from search_space import Candidate
 from .db import compatible_versions
 
 PER_TASK = 256
-MAX_RECORDS = 1024
+MIN_PER_TASK = 32
+MAX_RECORDS = 2048
 
 
 @dataclass
@@ -51,18 +56,21 @@ def similar_groups(tasks, db, target, versions, known_tasks: list[dict]) -> list
 
     tuned = {t.key for t in tasks}
     by_workload = {t.workload: t.definition for t in tasks if t.definition is not None}
+    similar = [info for info in known_tasks
+               if info.get("workload") in by_workload and info.get("key") not in tuned]
+    share = max(MIN_PER_TASK, min(PER_TASK, MAX_RECORDS // max(len(similar), 1)))
     groups, total = [], 0
-    for info in known_tasks:
-        wdef = by_workload.get(info.get("workload"))
-        if wdef is None or info.get("key") in tuned or total >= MAX_RECORDS:
-            continue
+    for info in similar:
+        if total >= MAX_RECORDS:
+            break
         records = [r for r in db.records(task_key=info["key"], target_key=target.key,
                                          hardware_key=target.hardware_key)
                    if compatible_versions(r.versions, versions)]
-        records = records[-min(PER_TASK, MAX_RECORDS - total):]
+        records = records[-min(share, MAX_RECORDS - total):]
         if len(records) < 2:
             continue
-        task = rebuild_task(wdef, dict(info.get("args") or {}), info["key"])
+        task = rebuild_task(by_workload[info["workload"]], dict(info.get("args") or {}),
+                            info["key"])
         if task is None:
             continue
         groups.append((task, [(Candidate.from_json(r.candidate), r.result) for r in records]))
@@ -71,17 +79,16 @@ def similar_groups(tasks, db, target, versions, known_tasks: list[dict]) -> list
 
 
 def warm_start(model, tasks, db, target, versions, known_tasks) -> WarmStart | None:
-    """Train `model` (an XGBRanker shared by the run's strategies) on the similar tasks'
-    records and freeze it as the base; None, and the model untouched, when there are
-    none."""
+    """Give `model` (an XGBRanker shared by the run's strategies) the similar tasks'
+    records as training groups, switched to the transfer settings, and train it; None
+    when there are none or they carry no ranking signal."""
     groups = similar_groups(tasks, db, target, versions, known_tasks)
     if not groups:
         return None
     from cost_model.transfer import TransferReport, train_from_records
 
     report = TransferReport()
-    train_from_records(groups, target, model=model, report=report)
+    train_from_records(groups, target, model=model.for_transfer(), report=report)
     if not model.trained:
         return None
-    model.freeze()
     return WarmStart(report.rows, [g[0].name for g in groups])

@@ -1,18 +1,21 @@
 """How well the cost model ranks real kernels of tasks it has not seen, cold vs transferred.
 
-    python bench/cost_model_accuracy.py [--shapes small|large] [--space cpu|test-tiling]
+    python bench/cost_model_accuracy.py [--shapes small|large|all] [--space cpu|test-tiling]
                                         [--per-task 48] [--local 16]
     python bench/cost_model_accuracy.py --db logs/bench_vs_ms.db [--local 16]
 
-1. Measure `--per-task` random candidates of each matmul shape of `--shapes` (five
-   shapes, each held out in turn) on this machine with the
+1. Measure `--per-task` random candidates of each matmul shape of `--shapes` (5 small,
+   15 large or all 20, each held out in turn) on this machine with the
    product's measurer (isolated builds, output checks, time_evaluator); results are
    cached as JSON lines in `--cache`, so a rerun only evaluates.
 2. For each task in turn (held out): the candidates are split into `--local` "already
    measured" ones and a test set. Models:
    - cold:             trained on the local candidates of the held-out task only;
    - transfer:         trained on the other tasks only (zero-shot);
-   - transfer+local:   the transferred model, then updated with the local candidates;
+   - transfer+local:   the transferred model saved, loaded (`--model`) and updated
+                       with the local candidates (local trees boosted on top);
+   - warm start+local: the other tasks' and the local candidates learned together
+                       (what `autosched tune` does with a database of other shapes);
    each with our features and with MetaSchedule's per-store group appended (+psf).
    Scores on the test set: pairwise accuracy (share of pairs ordered like the measured
    latencies, failures slowest) and top-5 ratio (true best latency of the test set /
@@ -67,8 +70,11 @@ SHAPES = {
     "small": [(128, 128, 128), (256, 128, 64), (64, 256, 128), (192, 96, 128), (128, 64, 256)],
     # 1-5 ms kernels, the sizes of transformer layers' matmuls
     "large": [(512, 512, 256), (256, 512, 512), (384, 384, 384), (512, 256, 384),
-              (256, 384, 512)],
+              (256, 384, 512), (384, 512, 256), (512, 384, 512), (256, 256, 768),
+              (768, 256, 256), (320, 448, 384), (448, 320, 256), (256, 768, 256),
+              (640, 384, 256), (384, 640, 320), (512, 512, 512)],
 }
+SHAPES["all"] = SHAPES["small"] + SHAPES["large"]  # each held out, trained on the other 19
 
 
 def space_factory(kind: str):
@@ -226,19 +232,27 @@ def evaluate(tasks, data, feats, n_local: int, seed: int, again: dict | None = N
             cold.add_group(held.key, feats.matrix(psf, held, local), latencies(local))
             cold.fit()
             models["cold"] = cold
-            transfer = XGBRanker(features=cfg, rounds=200, seed=seed)
-            for other in tasks:
-                if other is not held:
-                    transfer.add_group(other.key, feats.matrix(psf, other, data[other.key]),
-                                       latencies(data[other.key]))
+            def on_others(model):
+                for other in tasks:
+                    if other is not held:
+                        model.add_group(other.key, feats.matrix(psf, other, data[other.key]),
+                                        latencies(data[other.key]))
+                return model
+
+            transfer = on_others(XGBRanker(features=cfg, seed=seed).for_transfer())
             transfer.fit()
             models["transfer"] = transfer
-            with tempfile.TemporaryDirectory() as tmp:  # the user's path: save, load, update
+            with tempfile.TemporaryDirectory() as tmp:  # --model: save, load, boost on top
                 transfer.save(os.path.join(tmp, "transfer.json"))
                 both = XGBRanker(seed=seed).load(os.path.join(tmp, "transfer.json"))
             both.add_group(held.key, feats.matrix(psf, held, local), latencies(local))
             both.fit()
             models["transfer+local"] = both
+            # the automatic warm start: the others' records and the local ones learned together
+            joint = on_others(XGBRanker(features=cfg, seed=seed).for_transfer())
+            joint.add_group(held.key, feats.matrix(psf, held, local), latencies(local))
+            joint.fit()
+            models["warm start+local"] = joint
             x = feats.matrix(psf, held, test)
             for name, model in models.items():
                 scores = model.predict_features(x)

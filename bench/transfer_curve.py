@@ -59,7 +59,8 @@ def train_model(db_url: str, held_key: str, path: str) -> dict:
     if not groups:
         raise SystemExit(f"{db_url}: no records of other tasks to train on")
     model = train_from_records(groups, None, report=report,
-                               model=XGBRanker(features=FeatureConfig(target_kind="llvm")))
+                               model=XGBRanker(features=FeatureConfig(target_kind="llvm"))
+                               .for_transfer())  # as `autosched model train` does
     model.save(path)
     return {**report.to_json(), "tasks": sorted({g[0].name for g in groups})}
 

@@ -43,16 +43,17 @@ class TransferReport:
 
 
 def train_from_records(groups, target, *, space_factory=None, model: XGBRanker | None = None,
-                       report: TransferReport | None = None, **model_options) -> XGBRanker:
+                       report: TransferReport | None = None) -> XGBRanker:
     """A ranker trained on `groups`: iterable of (task, [(Candidate, MeasureResult), ...])
     measured on `target` (a TargetSpec), or (task, target, pairs) triples where groups
     come from several targets of one kind. `space_factory(task, target)` builds the
     search space (default: `search_space.generate_space`). With `model`, the groups are
-    added to it (on top of whatever it was loaded from)."""
+    added to it (on top of whatever it was loaded from) and trained with its settings;
+    without, a new ranker with the transfer settings (`XGBRanker.for_transfer`)."""
     from search_space import InvalidCandidate, generate_space
 
     make_space = space_factory or generate_space
-    model = model or XGBRanker(features=FeatureConfig(target_kind=target.kind), **model_options)
+    model = model or XGBRanker(features=FeatureConfig(target_kind=target.kind)).for_transfer()
     report = report if report is not None else TransferReport()
     for group in groups:
         task, pairs = group[0], group[-1]

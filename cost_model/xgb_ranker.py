@@ -35,6 +35,16 @@ _FORMAT_VERSION = 1
 _CACHE_LIMIT = 50_000
 ON_BASE_ROUNDS = 40     # local trees on top of a loaded model, and their learning rate
 ON_BASE_ETA = 0.03
+# A model trained on many tasks' records (`autosched model train`, the automatic warm
+# start) overfits them with the online model's deeper trees: on 15 held-out matmul shapes
+# (bench/cost_model_accuracy.py --shapes large, trained on the other 14) 200 rounds of
+# depth 5 order 0.784 of the pairs, 100 rounds of depth 4 with 64 pairs per sample
+# 0.800; on 5 held-out small shapes (48 candidates each, trained on the other 19) 0.809
+# both, with a better worst shape (0.790 vs 0.764). With one task's few rows the online
+# settings stay (cold on 16 / 48 local samples: 0.621 / 0.666 with them, 0.611 / 0.681
+# with these).
+TRANSFER_ROUNDS = 100
+TRANSFER_PARAMS = {"max_depth": 4, "lambdarank_num_pair_per_sample": 64}
 DEFAULT_PARAMS = {
     "objective": "rank:pairwise",
     "lambdarank_pair_method": "mean",
@@ -165,12 +175,11 @@ class XGBRanker:
                                       num_boost_round=ON_BASE_ROUNDS,
                                       xgb_model=self._base.copy())
 
-    def freeze(self) -> "XGBRanker":
-        """Keep what the model has learned as the base that later updates boost on top
-        of (what `load` does with a saved model); its training rows are dropped."""
-        if self._booster is not None:
-            self._base = self._booster
-        self._rows.clear()
+    def for_transfer(self, rounds: int | None = None) -> "XGBRanker":
+        """Switch to the settings for training on many tasks' records
+        (`TRANSFER_PARAMS`, `rounds` or `TRANSFER_ROUNDS`). Returns self."""
+        self.rounds = int(rounds or TRANSFER_ROUNDS)
+        self.params = dict(self.params, **TRANSFER_PARAMS)
         return self
 
     def save(self, path: str) -> None:
@@ -208,9 +217,10 @@ class XGBRanker:
         self.rounds = int(meta.get("rounds", self.rounds))
         self.params = dict(DEFAULT_PARAMS, **meta.get("params", {}))
         self.summary = dict(meta.get("summary", {}))
-        self._booster = booster
+        self._booster = self._base = booster
+        self._rows.clear()
         self._cache.clear()
-        return self.freeze()
+        return self
 
 
 def _read_sidecar(path: str) -> dict:

@@ -9,7 +9,8 @@ import pytest
 from autosched.config import TuneConfig
 from autosched.db import open_database
 from autosched.tuner import tune_tasks
-from cost_model.xgb_ranker import XGBRanker
+from autosched import warm_start as warm_start_module
+from cost_model.xgb_ranker import TRANSFER_PARAMS, TRANSFER_ROUNDS, XGBRanker
 
 
 @pytest.fixture
@@ -44,21 +45,36 @@ def test_a_new_shape_starts_from_the_records_of_the_others(loop, synthetic):
     assert warm.records == 24 + 16
     assert sorted(warm.tasks) == ["matmul(M=128,N=256,K=64)", "matmul(M=256,N=256,K=256)"]
     assert "40 records of 2 other shape(s)" in warm.describe()
-    assert model._base is not None  # the run's own measurements boost on top of it
-    base_rounds = model._base.num_boosted_rounds()
-    assert base_rounds == 20 and model._booster.num_boosted_rounds() > base_rounds
+    # the others' records stay training groups beside the run's own 8 measurements,
+    # learned with the settings for many tasks' data, not frozen underneath
+    assert model.summary["tasks"] == 3 and model.summary["rows"] == 24 + 16 + 8
+    assert model._base is None and model.rounds == TRANSFER_ROUNDS
+    assert model._booster.num_boosted_rounds() == TRANSFER_ROUNDS
+    assert all(model.params[k] == v for k, v in TRANSFER_PARAMS.items())
+
+
+def test_the_record_budget_is_shared_evenly_by_the_other_shapes(loop, synthetic, monkeypatch):
+    for shape in ((256, 256, 256), (128, 256, 64), (64, 64, 128)):
+        loop([synthetic.matmul_task(*shape)], trials=16)
+    monkeypatch.setattr(warm_start_module, "MAX_RECORDS", 30)
+    monkeypatch.setattr(warm_start_module, "MIN_PER_TASK", 4)
+    result, model = loop([synthetic.matmul_task(64, 128, 256)], trials=8)
+    assert result.warm_start.records == 30 and len(result.warm_start.tasks) == 3  # 10 each
+    monkeypatch.setattr(warm_start_module, "MIN_PER_TASK", 12)  # 12, 12, then the 6 left
+    result, model = loop([synthetic.matmul_task(32, 128, 256)], trials=8)
+    assert result.warm_start.records == 30 and len(result.warm_start.tasks) == 3
 
 
 def test_no_warm_start_from_other_workloads_the_tuned_task_or_when_disabled(loop, synthetic):
     first, model = loop([synthetic.matmul_task(256, 256, 256, name="other_matmul")])
-    assert first.warm_start is None and model._base is None  # empty database
+    assert first.warm_start is None and model.summary["tasks"] == 1  # empty database
     again, _ = loop([synthetic.matmul_task(256, 256, 256, name="other_matmul")])
     assert again.warm_start is None                          # its own records: not "other"
     result, model = loop([synthetic.matmul_task(128, 128, 128)])
-    assert result.warm_start is None and model._base is None  # another workload's records
+    assert result.warm_start is None and model.summary["tasks"] == 1  # other workload's
     loop([synthetic.matmul_task(64, 64, 64)])
     off, model = loop([synthetic.matmul_task(128, 64, 64)], transfer=False)
-    assert off.warm_start is None and model._base is None
+    assert off.warm_start is None and model.summary["tasks"] == 1
 
 
 def test_records_of_another_space_version_are_not_learned_from(loop, synthetic):
@@ -73,4 +89,4 @@ def test_records_of_another_space_version_are_not_learned_from(loop, synthetic):
     finally:
         db.close()
     result, model = loop([synthetic.matmul_task(128, 256, 64)])
-    assert result.warm_start is None and model._base is None
+    assert result.warm_start is None and model.summary["tasks"] == 1
