@@ -9,11 +9,12 @@ retrain learns from them and from this run's measurements together.
 Only other shapes of the same workloads are used. Across shapes the transfer pays, and
 more so the more shapes the database holds: on 15 held-out layer-sized matmuls, a model
 trained on the other 14 orders random candidates at 0.800 pairwise accuracy before any
-local measurement (4 other shapes: 0.726, 8: 0.761), where a cold model trained on 16
-local ones reaches 0.621; with those 16 local ones learned together with the others it
-is 0.797, where boosting local trees on top of the frozen transfer model lost accuracy
-(0.762). Across operators it does not pay: 0.483 over the seven benchmark operators, no
-better than chance (bench/results/cost_model_heldout_*.json).
+local measurement (with the earlier 200 deeper trees: 4 other shapes 0.726, 8 0.761,
+14 0.784), where a cold model trained on 16 local ones reaches 0.621; with those 16 local
+ones learned together with the others it is 0.797, where boosting local trees on top of
+the frozen transfer model lost accuracy (0.763). Across operators it does not pay: 0.490
+over the seven benchmark operators, no better than chance
+(bench/results/cost_model_heldout_*.json).
 
 Every record is replayed in its task's space to get its program (about 5 ms a record for
 a 512x512x256 matmul here), so at most `MAX_RECORDS` are used, shared evenly by the

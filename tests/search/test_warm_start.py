@@ -6,10 +6,10 @@ import sqlite3
 
 import pytest
 
+from autosched import warm_start as warm_start_module
 from autosched.config import TuneConfig
 from autosched.db import open_database
 from autosched.tuner import tune_tasks
-from autosched import warm_start as warm_start_module
 from cost_model.xgb_ranker import TRANSFER_PARAMS, TRANSFER_ROUNDS, XGBRanker
 
 
