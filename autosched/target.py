@@ -49,7 +49,8 @@ class TargetSpec:
         return {"kind": self.kind, "config": self.config, "fingerprint": self.fingerprint}
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """This machine's CPU model name (what a record's hardware fingerprint names)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -75,7 +76,7 @@ def _llvm_cpu() -> str:
 
 
 def cpu_fingerprint(mcpu: str) -> dict:
-    return {"device": "cpu", "model": _cpu_model(), "mcpu": mcpu, "cores": _num_cores(),
+    return {"device": "cpu", "model": cpu_model(), "mcpu": mcpu, "cores": _num_cores(),
             "machine": platform.machine()}
 
 

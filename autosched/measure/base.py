@@ -1,10 +1,13 @@
-"""The measurement interfaces: what a builder produces and what a runner consumes.
+"""The measurement interfaces: what a builder produces, what a runner consumes, and the
+measurer the tuning loop talks to.
 
 A `Builder` turns scheduled modules into shared libraries on this machine. A `Runner`
 takes those libraries (paths to `.so` files) and the task's reference files
 (`reference.ensure_reference(task, work_dir)`: inputs, expected outputs, tolerances),
 runs each library somewhere (a local worker process, or a remote device over RPC),
-checks its outputs and times it. Runners never see a failed build.
+checks its outputs and times it. Runners never see a failed build. A `Measurer` is what
+the tuning loop holds: build-then-run (`factory.make_measurer`), or a replay of earlier
+measurements (`simulated.SimulatedMeasurer`).
 """
 from __future__ import annotations
 
@@ -43,6 +46,8 @@ class Builder(Protocol):
 
 
 class Runner(Protocol):
+    concurrency: int  # candidates it runs at once (RPC sessions); 1 for one local worker
+
     def run(self, inputs: list[MeasureInput],
             artifacts: list[BuildArtifact]) -> list[MeasureResult]:
         """One result per input, in order: latencies of a correct kernel, or the failure
@@ -51,3 +56,22 @@ class Runner(Protocol):
 
     def close(self) -> None:
         """Stop every worker process or connection."""
+
+
+class Measurer(Protocol):
+    """Measures candidates for the tuning loop; a context manager that `close`s."""
+
+    concurrency: int  # candidates measured at once: the loop commits a chunk this size
+
+    def measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
+        """One result per input, in order. A failure of a candidate is a result; a fault
+        of the machine, the toolchain or the simulation log is raised, never a result."""
+
+    def close(self) -> None:
+        """Stop every worker; remove temporary files."""
+
+    def __enter__(self) -> "Measurer":
+        ...
+
+    def __exit__(self, *exc) -> None:
+        ...

@@ -82,9 +82,8 @@ class LocalBuilder:
         import tvm
 
         mod = inp.mod if isinstance(inp.mod, tvm.IRModule) else tvm.IRModule({"main": inp.mod})
-        target = inp.target.config if hasattr(inp.target, "config") else dict(inp.target)
         out = os.path.join(self.out_dir, f"{uuid.uuid4().hex}.so")
-        return {"mod": tvm.ir.save_json(mod), "target": target, "out": out}
+        return {"mod": tvm.ir.save_json(mod), "target": inp.target.config, "out": out}
 
     def _dispatch(self, jobs, results) -> None:
         now = time.monotonic()

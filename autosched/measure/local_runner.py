@@ -28,9 +28,13 @@ RUNS_PER_WORKER = 500
 class LocalRunner:
     """Runs artifacts built for a target whose device is on this machine."""
 
-    def __init__(self, settings: MeasureSettings, work_dir: str):
+    concurrency = 1  # one candidate at a time: timing wants a quiet machine
+
+    def __init__(self, settings: MeasureSettings, work_dir: str,
+                 runs_per_worker: int = RUNS_PER_WORKER):
         self.settings = settings
         self.work_dir = work_dir
+        self.runs_per_worker = runs_per_worker
         self.log_dir = os.path.join(work_dir, "workers")
         self._worker: WorkerProcess | None = None
         self._runs = 0  # candidates run by the current worker
@@ -61,14 +65,13 @@ class LocalRunner:
 
     def _request(self, ref: Reference, inp: MeasureInput, art: BuildArtifact) -> dict:
         s = self.settings
-        kind = getattr(inp.target, "kind", None) or inp.target["kind"]
-        return {"lib": art.path, "reference": ref.directory, "device": DEVICES[kind],
+        return {"lib": art.path, "reference": ref.directory, "device": DEVICES[inp.target.kind],
                 "warmup": s.warmup, "number": s.number, "repeat": s.repeat,
                 "min_repeat_ms": s.min_repeat_ms, "check": s.check_correctness}
 
     def _run_one(self, ref: Reference, inp: MeasureInput, art: BuildArtifact) -> MeasureResult:
         request = self._request(ref, inp, art)
-        if self._runs >= RUNS_PER_WORKER:
+        if self._runs >= self.runs_per_worker:
             self._replace_worker()
         worker = self._ready_worker()
         self._runs += 1
@@ -117,75 +120,3 @@ class LocalRunner:
     def close(self) -> None:
         """Kill the run worker."""
         self._drop_worker()
-
-
-# ----------------------------------------------------------------- worker side
-
-# (reference directory, meta.json mtime) -> (specs, inputs, expected, tolerances):
-# consecutive candidates of one task reuse the arrays; a rewritten reference is reread.
-_LOADED: dict[tuple[str, int], tuple] = {}
-_LOADED_MAX = 4
-
-
-def _load_reference(directory: str) -> tuple:
-    from .reference import load_reference
-
-    key = (directory, os.stat(os.path.join(directory, "meta.json")).st_mtime_ns)
-    if key not in _LOADED:
-        ref = load_reference(directory)
-        if ref is None:
-            raise FileNotFoundError(f"no complete reference in {directory}")
-        inputs, expected = ref.arrays()
-        _LOADED[key] = (ref.specs(), inputs, expected, ref.tolerances())
-        while len(_LOADED) > _LOADED_MAX:
-            _LOADED.pop(next(iter(_LOADED)))
-    return _LOADED[key]
-
-
-def _fail(kind: str, msg: str) -> dict:
-    return {"ok": False, "kind": kind, "error": msg}
-
-
-def _check(specs, inputs, args, outs, expected, tols) -> str | None:
-    from .check import compare
-
-    for spec, out, exp, tol in zip(specs[1], outs, expected, tols):
-        msg = compare(spec.name, out.numpy(), exp, tol)
-        if msg:
-            return msg
-    for spec, original, arg in zip(specs[0], inputs, args):
-        if arg.numpy().tobytes() != original.tobytes():
-            return f"input {spec.name} was modified by the kernel"
-    return None
-
-
-def run_job(request: dict) -> dict:
-    """In the run worker: load, run, check against the reference, time."""
-    import tvm
-
-    from .reference import poison
-    from .worker import error_text
-
-    try:
-        specs, inputs, expected, tols = _load_reference(request["reference"])
-        dev = tvm.device(request["device"], 0)
-        lib = tvm.runtime.load_module(request["lib"])
-        args = [tvm.runtime.tensor(a, dev) for a in inputs]
-        outs = [tvm.runtime.tensor(poison(s), dev) for s in specs[1]]
-        for _ in range(max(1, request["warmup"])):
-            lib["main"](*args, *outs)
-        dev.sync()
-    except Exception as e:
-        return _fail("run_error", error_text(e))
-    if request["check"]:
-        msg = _check(specs, inputs, args, outs, expected, tols)
-        if msg:
-            return _fail("wrong_answer", msg)
-    try:
-        evaluator = lib.time_evaluator("main", dev, number=request["number"],
-                                       repeat=request["repeat"],
-                                       min_repeat_ms=request["min_repeat_ms"])
-        latencies = list(evaluator(*args, *outs).results)
-    except Exception as e:
-        return _fail("run_error", error_text(e))
-    return {"ok": True, "latencies": latencies}

@@ -172,8 +172,7 @@ class RPCRunner:
         if ref is None:
             ref = self._references[inp.task.key] = ensure_reference(inp.task, self.work_dir)
         s = self.settings
-        kind = getattr(inp.target, "kind", None) or inp.target["kind"]
-        return {"lib": art.path, "reference": ref.directory, "device": DEVICES[kind],
+        return {"lib": art.path, "reference": ref.directory, "device": DEVICES[inp.target.kind],
                 "session_timeout": s.run_timeout, "warmup": s.warmup, "number": s.number,
                 "repeat": s.repeat, "min_repeat_ms": s.min_repeat_ms,
                 "check": s.check_correctness}

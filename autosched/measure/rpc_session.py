@@ -4,7 +4,7 @@ The runner asks the tracker for a free server and hands its address to this work
 which opens a TVM RPC session with a server-side timeout, uploads the candidate's
 `.so`, loads it, uploads the task's reference inputs as tensors (outputs prefilled with
 poison), runs it once, copies the outputs back and checks them here with the same rule
-as the local runner (`check.compare` via `local_runner._check`), then times it with the
+as the local runner (`run_job.check_outputs`), then times it with the
 remote `time_evaluator`. Only the library and tensors cross the wire.
 
 A failure is classified for the runner:
@@ -44,7 +44,7 @@ def _measure(request: dict, reference: tuple, progress: dict) -> dict:
     import tvm
     from tvm import rpc
 
-    from .local_runner import _check, _fail
+    from .run_job import check_outputs, failure_reply
     from .reference import poison
 
     specs, inputs, expected, tols = reference
@@ -67,9 +67,9 @@ def _measure(request: dict, reference: tuple, progress: dict) -> dict:
     dev.sync()
     if request["check"]:
         progress["phase"] = "check"
-        msg = _check(specs, inputs, args, outs, expected, tols)
+        msg = check_outputs(specs, inputs, args, outs, expected, tols)
         if msg:
-            return _fail("wrong_answer", msg)
+            return failure_reply("wrong_answer", msg)
     progress["phase"] = "time"
     evaluator = lib.time_evaluator("main", dev, number=request["number"],
                                    repeat=request["repeat"],
@@ -79,22 +79,22 @@ def _measure(request: dict, reference: tuple, progress: dict) -> dict:
 
 def run_job(request: dict) -> dict:
     """In the `rpc` worker: measure one built candidate on the server in `request`."""
-    from .local_runner import _fail, _load_reference
+    from .run_job import failure_reply, load_reference_arrays
     from .worker import error_text
 
     try:
-        reference = _load_reference(request["reference"])
+        reference = load_reference_arrays(request["reference"])
     except Exception as e:
-        return _fail("run_error", f"reference data: {error_text(e)}")
+        return failure_reply("run_error", f"reference data: {error_text(e)}")
     progress: dict = {"phase": "connect"}
     try:
         return _measure(request, reference, progress)
     except Exception as e:
         phase, text = progress["phase"], error_text(e)
         if "RPCSessionTimeoutError" in str(e):
-            return _fail("run_timeout", f"the server ended the session at its "
+            return failure_reply("run_timeout", f"the server ended the session at its "
                          f"{request['session_timeout']:g}s timeout (during {phase})")
         dev = progress.pop("dev", None)
         if phase == "connect" or dev is None or not _alive(dev):
             return _lost(phase, text)
-        return _fail("run_error", f"{phase}: {text}")
+        return failure_reply("run_error", f"{phase}: {text}")

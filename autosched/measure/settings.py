@@ -2,7 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: measurement data must not import the compiler
+    from search_space import Candidate
+
+    from ..target import TargetSpec
+    from ..task import Task
 
 
 @dataclass(frozen=True)
@@ -24,9 +30,11 @@ class MeasureSettings:
 
 @dataclass(frozen=True, eq=False)
 class MeasureInput:
-    """One candidate to measure: its task, target (TargetSpec), candidate and module."""
+    """One candidate to measure: its task (`Task`), target (`TargetSpec`), candidate
+    (`search_space.Candidate`; None for a module measured outside a search) and the
+    scheduled IRModule."""
 
-    task: Any
-    target: Any
-    candidate: Any
+    task: Task
+    target: TargetSpec
+    candidate: Candidate | None
     mod: Any

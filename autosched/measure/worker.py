@@ -33,7 +33,7 @@ import weakref
 # The roles a child can serve: role -> "module:function" taking and returning a dict.
 HANDLERS = {
     "build": "autosched.measure.builder:build_job",
-    "run": "autosched.measure.local_runner:run_job",
+    "run": "autosched.measure.run_job:run_job",
     "rpc": "autosched.measure.rpc_session:run_job",
 }
 PRELOAD = ("tvm",)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import platform
+from dataclasses import dataclass
 from importlib import metadata
 
 from .errors import LibraryError
@@ -78,10 +79,18 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def _cpu_model() -> str:
-    from ..target import _cpu_model as model
+@dataclass(frozen=True)
+class HostCPU:
+    """The CPU a library is loaded on: its model name and instruction-set flags."""
 
-    return model()
+    model: str
+    flags: frozenset
+
+    @staticmethod
+    def detect() -> "HostCPU":
+        from ..target import cpu_model
+
+        return HostCPU(cpu_model(), frozenset(cpu_flags()))
 
 
 def _required_flags(target: dict) -> set[str] | None:
@@ -95,8 +104,9 @@ def _required_flags(target: dict) -> set[str] | None:
     return set(flags) | {f for f in extra if f.startswith(("avx", "sse", "amx", "fma", "bmi"))}
 
 
-def check_cpu(manifest: Manifest, check_hardware: bool = True) -> None:
-    """The CPU must run every instruction the library may use."""
+def check_cpu(manifest: Manifest, check_hardware: bool = True,
+              host: HostCPU | None = None) -> None:
+    """The CPU (`host`, default this one) must run every instruction the library may use."""
     built = manifest.hardware
     machine = built.get("machine")
     if machine and machine != platform.machine():
@@ -104,24 +114,24 @@ def check_cpu(manifest: Manifest, check_hardware: bool = True) -> None:
                            f"this machine is {platform.machine()}")
     if not check_hardware:
         return
+    host = host or HostCPU.detect()
     mcpu = manifest.target.get("mcpu", "generic")
-    same_model = built.get("model") == _cpu_model()
+    same_model = built.get("model") == host.model
     required = _required_flags(manifest.target)
     if required is None:
         if not same_model:
             raise LibraryError(
                 f"{manifest.directory}: built for mcpu={mcpu} on {built.get('model')!r}; "
-                f"cannot tell whether this CPU ({_cpu_model()!r}) runs that code. "
+                f"cannot tell whether this CPU ({host.model!r}) runs that code. "
                 "Pass check_hardware=False to load it anyway")
         return
-    have = cpu_flags()
-    missing = sorted(required - have) if have else []
+    missing = sorted(required - host.flags) if host.flags else []
     if missing:
         raise LibraryError(f"{manifest.directory}: built for mcpu={mcpu}, which needs "
-                           f"{', '.join(missing)}; this CPU ({_cpu_model()}) lacks them")
+                           f"{', '.join(missing)}; this CPU ({host.model}) lacks them")
     if not same_model:
         log.warning("%s was tuned on %r, running on %r: results are correct, speed may "
-                    "differ", manifest.directory, built.get("model"), _cpu_model())
+                    "differ", manifest.directory, built.get("model"), host.model)
 
 
 def check_gpu(manifest: Manifest, check_hardware: bool = True) -> None:

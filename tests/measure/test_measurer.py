@@ -8,7 +8,9 @@ import pytest
 
 from autosched.errors import UserError
 from autosched.measure import MeasureResult
-from autosched.measure.factory import RUNNERS, make_measurer, parse_runner
+from autosched.components import RUNNERS, parse_runner
+from autosched.measure.builder import LocalBuilder
+from autosched.measure.factory import BuildRunMeasurer, make_measurer
 from autosched.measure.local_runner import LocalRunner
 
 # (kernel, expected failure kind or None for a correct kernel)
@@ -112,15 +114,17 @@ def test_a_crash_gets_the_next_candidate_a_fresh_worker(measurer, kernels, matmu
     assert second != first and not is_alive(first) and is_alive(second)
 
 
-def test_the_run_worker_is_recycled_after_a_number_of_runs(measurer, kernels, matmul_task,
-                                                          inp, is_alive, monkeypatch):
-    from autosched.measure import local_runner
-
-    monkeypatch.setattr(local_runner, "RUNS_PER_WORKER", 1)
-    assert measurer.measure([inp(matmul_task, kernels.plain)])[0].ok
-    first = measurer.runner.worker_pid
-    assert measurer.measure([inp(matmul_task, kernels.vectorized)])[0].ok
-    assert measurer.runner.worker_pid != first and not is_alive(first)
+def test_the_run_worker_is_recycled_after_a_number_of_runs(tmp_path, settings, kernels,
+                                                          matmul_task, inp, is_alive):
+    work = str(tmp_path)
+    runner = LocalRunner(settings, work, runs_per_worker=2)
+    with BuildRunMeasurer(LocalBuilder(settings, work), runner, work, False) as measurer:
+        assert measurer.measure([inp(matmul_task, kernels.plain)])[0].ok
+        first = runner.worker_pid
+        assert measurer.measure([inp(matmul_task, kernels.vectorized)])[0].ok
+        assert runner.worker_pid == first  # two runs: still the first worker
+        assert measurer.measure([inp(matmul_task, kernels.plain)])[0].ok
+        assert runner.worker_pid != first and not is_alive(first)
 
 
 def test_real_workloads_pass_their_own_check(measurer, task_of, inp):

@@ -89,12 +89,15 @@ def test_two_kernels_with_the_same_inputs_are_ambiguous(lib_copy):
         at.load_library(edit(duplicate))
 
 
-def test_cpu_lacking_the_instruction_set_is_refused(lib_copy, monkeypatch):
-    target, _ = lib_copy
-    flags = compat.cpu_flags() - {"avx512f", "avx512bw"}
-    monkeypatch.setattr(compat, "cpu_flags", lambda: flags)
+def test_cpu_lacking_the_instruction_set_is_refused(lib_copy):
+    from autosched.torch.manifest import read_manifest
+
+    target, edit = lib_copy
+    path = edit(_set(("target", "mcpu"), "skylake-avx512"))  # needs AVX-512
+    flags = frozenset(compat.MCPU_FLAGS["skylake-avx512"]) - {"avx512f", "avx512bw"}
+    without = compat.HostCPU(compat.HostCPU.detect().model, flags)
     with pytest.raises(at.LibraryError, match="needs avx512bw, avx512f; this CPU .* lacks them"):
-        at.load_library(target)
+        compat.check_cpu(read_manifest(path), host=without)
 
 
 def test_another_model_with_the_same_instruction_set_loads_with_a_warning(lib_copy, caplog):
