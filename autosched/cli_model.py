@@ -51,35 +51,13 @@ def _op_files(items: list[str]) -> list[str]:
 
 def run(args) -> int:
     """Train and save; prints what went in. Exit 0, or 2 (UserError) on bad input."""
-    from cost_model.features import FeatureConfig
-    from cost_model.transfer import TransferReport, groups_from_database, train_from_records
-    from cost_model.xgb_ranker import XGBRanker
-    from search_space import SPACE_VERSION
-
-    from .db import mask_password, open_database
-    from .versions import current_versions
+    from .training_data import train_model
 
     if not args.output.endswith(".json"):
         raise UserError(f"-o: the model file must end in .json, got {args.output!r}")
     if args.rounds is not None and args.rounds < 1:
         raise UserError(f"--rounds must be >= 1, got {args.rounds}")
-    files = _op_files(args.op_file)
-    report = TransferReport()
-    db = open_database(args.db, create=False)  # a mistyped path must not make a new file
-    try:
-        groups = groups_from_database(db, files, args.target, current_versions(SPACE_VERSION),
-                                      report)
-        url = getattr(db, "url", args.db)
-    finally:
-        db.close()
-    if not groups:
-        raise UserError(f"{mask_password(url or '')}: no usable {args.target} records "
-                        f"(skipped: {report.skipped_records or 'none'})")
-    model = train_from_records(groups, None, report=report, model=XGBRanker(
-        features=FeatureConfig(target_kind=args.target)).for_transfer(args.rounds))
-    if not model.trained:
-        raise UserError("records carry no ranking signal (each task needs two candidates "
-                        "with different outcomes)")
+    model, report = train_model(args.db, _op_files(args.op_file), args.target, args.rounds)
     model.save(args.output)
     print(f"trained on {report.rows} candidates of {report.groups} task groups "
           f"({report.failures} failures, {report.skipped_candidates} candidates no longer "

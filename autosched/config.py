@@ -3,7 +3,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .errors import UserError
 from .measure.settings import MeasureSettings
+
+
+@dataclass(frozen=True)
+class RecordBudget:
+    """How many records of other shapes the cost model's warm start replays: at most
+    `max_records`, shared evenly by the shapes, at most `per_task` and at least
+    `min_per_task` each (see warm_start.py)."""
+
+    per_task: int = 256
+    min_per_task: int = 32
+    max_records: int = 2048
 
 
 @dataclass(frozen=True)
@@ -15,17 +27,18 @@ class TuneConfig:
     strategy: str = "evolutionary"
     seed: int = 0
     batch_size: int = 16
+    # generate, limit-check and compile `trials` candidates (64 when 0) a task; nothing
+    # is run and the database is not opened
     dry_run: bool = False
     work_dir: str = "logs"
     model_path: str | None = None
     # without model_path: warm-start the cost model from the database's records of
     # other shapes of the same workloads (see warm_start.py)
     transfer: bool = True
+    transfer_records: RecordBudget = field(default_factory=RecordBudget)
     measure: MeasureSettings = field(default_factory=MeasureSettings)
 
     def __post_init__(self):
-        from .errors import UserError
-
         if self.trials < 0:
             raise UserError(f"--trials must be >= 0, got {self.trials}")
         if self.batch_size < 1:

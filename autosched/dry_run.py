@@ -40,12 +40,13 @@ def _compile(mod, target) -> tuple[bool, str]:
         return False, str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
 
 
-def dry_run_task(task, target, count: int, seed: int = 0, on_candidate=None) -> DryRunReport:
+def dry_run_task(task, target, count: int, seed: int = 0,
+                 space_factory=generate_space) -> DryRunReport:
     """Sample `count` distinct candidates of `task`, limit-check and compile each."""
     from .search import RandomSearch
 
     start = time.perf_counter()
-    space = generate_space(task, target)
+    space = space_factory(task, target)
     report = DryRunReport(task)
     for cand, mod in RandomSearch().propose(space, count, set(), random.Random(seed)):
         report.generated += 1
@@ -61,8 +62,6 @@ def dry_run_task(task, target, count: int, seed: int = 0, on_candidate=None) -> 
             else:
                 report.failures["build_error"] += 1
                 _note(report, f"{cand.sketch}: {message}")
-        if on_candidate:
-            on_candidate(report)
     report.seconds = time.perf_counter() - start
     return report
 

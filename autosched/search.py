@@ -1,8 +1,8 @@
 """Search strategies: which candidates to measure next.
 
 A strategy proposes new candidates (never one already measured) and learns from the
-results. `make_strategy(name, **options)` is the one place names become strategies:
-"random" (uniform samples) and "evolutionary" (mutation guided by a learned cost model).
+results: "random" (uniform samples) and "evolutionary" (mutation guided by a learned cost
+model). Names become strategies in `autosched.components.make_strategy`.
 """
 from __future__ import annotations
 
@@ -11,12 +11,22 @@ from typing import Protocol
 
 from search_space import Candidate, InvalidCandidate, SearchSpace
 
+from cost_model import CostModel
+
 from .errors import UserError
 
 _ATTEMPTS_PER_CANDIDATE = 20
 
 
 class SearchStrategy(Protocol):
+    # the learned model the strategy ranks with (shared by a run's strategies, so the
+    # loop can warm-start it once), or None for a strategy that learns nothing
+    cost_model: CostModel | None
+
+    def seed_candidates(self, candidates: list[Candidate]) -> None:
+        """Warm start: good candidates of this task and of similar tasks (from the
+        database) that the strategy may start from; a strategy may ignore them."""
+
     def propose(self, space: SearchSpace, n: int, exclude: set[str],
                 rng: random.Random) -> list[tuple[Candidate, object]]:
         """Up to `n` new (candidate, scheduled module) pairs whose keys are not in
@@ -29,6 +39,11 @@ class SearchStrategy(Protocol):
 
 class RandomSearch:
     """Uniform samples from the space, de-duplicated against everything measured."""
+
+    cost_model = None
+
+    def seed_candidates(self, candidates) -> None:
+        return None  # uniform sampling has no use for a warm start
 
     def propose(self, space, n, exclude, rng):
         out, seen = [], set(exclude)
@@ -61,20 +76,14 @@ class EvolutionarySearch:
     `exclude`, and nothing proposed before in this run, is ever proposed.
     """
 
-    def __init__(self, cost_model=None, population: int = 64, generations: int = 4,
+    def __init__(self, cost_model: CostModel, population: int = 64, generations: int = 4,
                  mutation_prob: float = 0.85, epsilon: float = 0.1, elites: int = 8,
-                 tournament: int = 3, seed: int = 0, model_path: str | None = None):
-        if cost_model is None or isinstance(cost_model, str):
-            from cost_model import make_cost_model
-
-            cost_model = make_cost_model(cost_model or "xgb", model_path, seed=seed)
-        elif model_path:
-            cost_model.load(model_path)
+                 tournament: int = 3):
         if population < 2 or generations < 0 or not 0 <= epsilon <= 1 or \
                 not 0 <= mutation_prob <= 1:
             raise UserError("evolutionary search: population >= 2, generations >= 0, "
                             "epsilon and mutation_prob in [0, 1]")
-        self.model = cost_model
+        self.cost_model = cost_model
         self.population, self.generations = int(population), int(generations)
         self.mutation_prob, self.epsilon = float(mutation_prob), float(epsilon)
         self.elites, self.tournament = int(elites), max(1, int(tournament))
@@ -103,7 +112,7 @@ class EvolutionarySearch:
         return picks
 
     def update(self, space, candidates, mods, results):
-        self.model.update(space.task, candidates, mods, results)
+        self.cost_model.update(space.task, candidates, mods, results)
         for cand, res in zip(candidates, results):
             if res.ok:
                 self._best.append((res.median, cand.key, cand))
@@ -126,7 +135,7 @@ class EvolutionarySearch:
         return pop
 
     def _scores(self, space, pairs, rng) -> list[float]:
-        scores = self.model.predict(space.task, [c for c, _ in pairs], [m for _, m in pairs])
+        scores = self.cost_model.predict(space.task, [c for c, _ in pairs], [m for _, m in pairs])
         # ties (an untrained model scores everything 0) are broken at random
         return [float(s) + 1e-9 * rng.random() for s in scores]
 
@@ -161,15 +170,3 @@ class EvolutionarySearch:
         scores = self._scores(space, pool, rng)
         order = sorted(range(len(pool)), key=lambda i: -scores[i])
         return [pool[i] for i in order[:n]]
-
-
-STRATEGIES = {"random": RandomSearch, "evolutionary": EvolutionarySearch}
-
-
-def make_strategy(name: str, **options) -> SearchStrategy:
-    """`name` -> a strategy; options are the strategy's constructor arguments."""
-    try:
-        cls = STRATEGIES[name]
-    except KeyError:
-        raise UserError(f"unknown --strategy {name!r}; choose from {', '.join(STRATEGIES)}") from None
-    return cls(**options)

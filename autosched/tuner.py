@@ -10,11 +10,20 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from search_space import SPACE_VERSION, Candidate, generate_space
+from typing import Callable
 
+from search_space import SPACE_VERSION, Candidate, SearchSpace, generate_space
+
+from .components import make_cost_model, make_strategy
 from .config import TuneConfig
+from .db import make_record, open_database
 from .errors import BudgetExhausted, UserError
 from .measure import MeasureInput, MeasureResult
+from .measure.base import Measurer
+from .measure.factory import make_measurer
+from .search import SearchStrategy
+from .target import TargetSpec, resolve_target
+from .task_scheduler import TaskScheduler
 from .versions import current_versions
 
 
@@ -41,10 +50,11 @@ class TaskState:
 @dataclass
 class TuneResult:
     tasks: list[TaskState]
-    db_url: str
-    target: object
+    db_url: str | None          # None for a dry run (no database is opened)
+    target: TargetSpec
     stopped: str | None = None  # why the run ended before its budget (no RPC server left)
     warm_start: object = None   # WarmStart: what the cost model learned before the run
+    dry_run: list | None = None  # DryRunReport per task, for `TuneConfig.dry_run`
 
     @property
     def trials(self) -> int:
@@ -58,6 +68,8 @@ class Callback:
     def on_result(self, state: TaskState, candidate: Candidate, result: MeasureResult) -> None: ...
     def on_batch(self, states: list[TaskState], done: int, budget: int) -> None: ...
     def on_end(self, result: TuneResult) -> None: ...
+    def on_dry_run_start(self, task, target: TargetSpec) -> None: ...
+    def on_dry_run(self, report) -> None: ...  # a DryRunReport, after each task
 
 
 def no_local_gpu_message() -> str:
@@ -74,46 +86,53 @@ def tune(op_file: str, workloads: list[str] | None = None, args: list[str] | Non
     return tune_tasks(load_tasks(op_file, workloads, args), config, callbacks)
 
 
-def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = ()) -> TuneResult:
-    from .target import resolve_target
-
+def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
+               measurer: Measurer | None = None,
+               space_factory: Callable[[object, TargetSpec], SearchSpace] = generate_space,
+               strategy_factory: Callable[[], SearchStrategy] | None = None) -> TuneResult:
+    """Tune `tasks` under `config`. The parts of the loop can be given instead of made
+    from the config: `measurer` (default: `make_measurer(config.measure, config.runner,
+    config.work_dir)`, closed at the end; a given one stays open, its owner closes it),
+    `space_factory(task, target)` (default: our rules, `generate_space`) and
+    `strategy_factory()`, called once a task (default: `config.strategy`, the learned
+    strategies of a run sharing one cost model). With `config.dry_run` nothing is
+    measured and the database is not opened: `TuneResult.dry_run` holds the reports."""
     target = resolve_target(config.target)
-    from .db import open_database
-    from .search import make_strategy
-
-    if target.kind == "cuda" and not target.has_local_device and config.runner == "local":
+    if config.dry_run:
+        return _dry_run(tasks, config, target, space_factory, callbacks)
+    if target.kind == "cuda" and not target.has_local_device and config.runner == "local" \
+            and measurer is None:
         raise UserError(no_local_gpu_message())
-    strategy_options = _strategy_options(config)
-    make_strategy(config.strategy, **strategy_options)  # fail on a bad name before any work
+    new_strategy = strategy_factory or default_strategies(config)
     db = open_database(config.database_url)
     try:
         versions = current_versions(SPACE_VERSION)
         known_tasks = db.tasks()
-        warm = _warm_start(strategy_options, config, tasks, db, target, versions, known_tasks)
         states = []
         for task in tasks:
             db.register_task(task.to_json())
-            st = TaskState(task, generate_space(task, target),
-                           make_strategy(config.strategy, **strategy_options),
+            st = TaskState(task, space_factory(task, target), new_strategy(),
                            db.measured_keys(task.key, target.key, target.hardware_key, versions))
             st.best_record = db.best(task.key, target.key, target.hardware_key, versions)
             if st.best_record is not None:
                 st.best_latency = st.best_record.latency
             _seed_strategy(st, db, target, versions, known_tasks)
             states.append(st)
-        result = TuneResult(states, getattr(db, "url", config.database_url), target,
-                            warm_start=warm)
+        warm = _warm_start(states, config, db, target, versions, known_tasks, space_factory)
+        result = TuneResult(states, db.url, target, warm_start=warm)
         for cb in callbacks:
             cb.on_start(states, config.trials)
-        from .measure.factory import make_measurer
-        from .task_scheduler import TaskScheduler
-
-        with make_measurer(config.measure, config.runner, config.work_dir) as measurer:
-            try:
-                _loop(states, config, target, versions, db, measurer,
-                      TaskScheduler(len(states)), callbacks)
-            except BudgetExhausted as e:  # committed batches stay; a rerun resumes
-                result.stopped = str(e)
+        owned = measurer is None
+        if owned:
+            measurer = make_measurer(config.measure, config.runner, config.work_dir)
+        try:
+            _loop(states, config, target, versions, db, measurer,
+                  TaskScheduler(len(states)), callbacks)
+        except BudgetExhausted as e:  # committed batches stay; a rerun resumes
+            result.stopped = str(e)
+        finally:
+            if owned:
+                measurer.close()
         for cb in callbacks:
             cb.on_end(result)
         return result
@@ -121,27 +140,29 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = ()) -> Tun
         db.close()
 
 
-def _strategy_options(config: TuneConfig) -> dict:
-    """Options for every task's strategy. Learned strategies share one cost model, so
-    what one task teaches it (the ranker groups by task) helps the others."""
+def default_strategies(config: TuneConfig) -> Callable[[], SearchStrategy]:
+    """One strategy a task, as `config` names them. Learned strategies share one cost
+    model, so what one task teaches it (the ranker groups by task) helps the others.
+    A bad name fails here, before any work."""
     if config.strategy != "evolutionary":
-        return {}
-    from cost_model import make_cost_model
+        make_strategy(config.strategy)  # validates the name
+        return lambda: make_strategy(config.strategy)
+    model = make_cost_model("xgb", config.model_path, seed=config.seed)
+    return lambda: make_strategy("evolutionary", cost_model=model)
 
-    return {"seed": config.seed,
-            "cost_model": make_cost_model("xgb", config.model_path, seed=config.seed)}
 
-
-def _warm_start(options: dict, config: TuneConfig, tasks, db, target, versions, known_tasks):
+def _warm_start(states, config: TuneConfig, db, target, versions, known_tasks, space_factory):
     """Train the run's shared cost model on the database's records of other shapes of
     the tuned workloads, unless a model was given or transfer is off."""
-    model = options.get("cost_model")
-    if model is None or config.model_path or not config.transfer or \
-            not hasattr(model, "for_transfer"):
-        return None
+    models = {id(s.strategy.cost_model): s.strategy.cost_model for s in states
+              if s.strategy.cost_model is not None}
+    if len(models) != 1 or config.model_path or not config.transfer:
+        return None  # strategies that do not share one model learn on their own
     from .warm_start import warm_start
 
-    return warm_start(model, tasks, db, target, versions, known_tasks)
+    (model,) = models.values()
+    return warm_start(model, [s.task for s in states], db, target, versions, known_tasks,
+                      config.transfer_records, space_factory)
 
 
 _SIMILAR_PER_TASK = 4
@@ -150,16 +171,29 @@ _SIMILAR_PER_TASK = 4
 def _seed_strategy(state: TaskState, db, target, versions, known_tasks: list[dict]) -> None:
     """Warm-start a strategy with the best records of this task and of other shapes of
     the same workload on this target and machine (adapted to this task's space)."""
-    seed = getattr(state.strategy, "seed_candidates", None)
-    if seed is None:
-        return
     task = state.task
     best = db.top_k(task.key, target.key, target.hardware_key, versions, 16)
     for other in known_tasks:
         if other.get("workload") == task.workload and other.get("key") != task.key:
             best += db.top_k(other["key"], target.key, target.hardware_key, versions,
                              _SIMILAR_PER_TASK)
-    seed([Candidate.from_json(r.candidate) for r in best])
+    state.strategy.seed_candidates([Candidate.from_json(r.candidate) for r in best])
+
+
+def _dry_run(tasks, config: TuneConfig, target, space_factory, callbacks) -> TuneResult:
+    """Generate, limit-check and compile candidates of every task; nothing is measured
+    or recorded (how CUDA candidates are checked on a machine without a GPU)."""
+    from .dry_run import dry_run_task
+
+    reports = []
+    for task in tasks:
+        for cb in callbacks:
+            cb.on_dry_run_start(task, target)
+        reports.append(dry_run_task(task, target, config.trials or 64, config.seed,
+                                    space_factory=space_factory))
+        for cb in callbacks:
+            cb.on_dry_run(reports[-1])
+    return TuneResult([], None, target, dry_run=reports)
 
 
 def _loop(states, config, target, versions, db, measurer, scheduler, callbacks) -> None:
@@ -180,8 +214,7 @@ def _loop(states, config, target, versions, db, measurer, scheduler, callbacks) 
         # Commit as results arrive, a build-parallel chunk at a time: a kill loses at most
         # the chunk in flight, never a completed measurement. A runner that measures
         # several candidates at once (RPC sessions) gets chunks it can fill.
-        step = max(1, config.measure.build_workers,
-                   getattr(getattr(measurer, "runner", None), "concurrency", 1))
+        step = max(1, measurer.concurrency)
         for start in range(0, len(proposals), step):
             chunk = proposals[start:start + step]
             chunk_results = _measure(st, chunk, target, measurer)
@@ -229,8 +262,6 @@ def _measure(st: TaskState, proposals, target, measurer) -> list[MeasureResult]:
 
 
 def _record(st, proposals, results, target, versions, config, db, callbacks):
-    from .db import make_record
-
     records = [make_record(st.task, target, cand, res, versions, config.measure.to_json())
                for (cand, _), res in zip(proposals, results)]
     ids = db.add_records(records)  # one transaction

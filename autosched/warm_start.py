@@ -17,21 +17,20 @@ over the seven benchmark operators, no better than chance
 (bench/results/cost_model_heldout_*.json).
 
 Every record is replayed in its task's space to get its program (about 5 ms a record for
-a 512x512x256 matmul here), so at most `MAX_RECORDS` are used, shared evenly by the
+a 512x512x256 matmul here), so at most `RecordBudget.max_records` are used, shared evenly by the
 similar shapes (more shapes beat more records of fewer shapes: 14 shapes x 48 records
-0.745, 4 x 144 0.726), at most `PER_TASK` and at least `MIN_PER_TASK` each, newest first.
+0.745, 4 x 144 0.726), at most `per_task` and at least `min_per_task` each, newest first.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from search_space import Candidate
+from search_space import Candidate, generate_space
 
+from .config import RecordBudget
 from .db import compatible_versions
+from .training_data import rebuild_task
 
-PER_TASK = 256
-MIN_PER_TASK = 32
-MAX_RECORDS = 2048
 
 
 @dataclass
@@ -48,26 +47,26 @@ class WarmStart:
                 f"{len(self.tasks)} other shape(s) in the database: {names}")
 
 
-def similar_groups(tasks, db, target, versions, known_tasks: list[dict]) -> list:
+def similar_groups(tasks, db, target, versions, known_tasks: list[dict],
+                   budget: RecordBudget = RecordBudget()) -> list:
     """(task, [(candidate, result), ...]) for every registered task of the same workload
     as one of `tasks` but another shape, with its newest usable records on `target`
     and this machine. A task whose definition has changed since (its rebuilt key
     differs) is left out."""
-    from cost_model.transfer import rebuild_task
-
     tuned = {t.key for t in tasks}
     by_workload = {t.workload: t.definition for t in tasks if t.definition is not None}
     similar = [info for info in known_tasks
                if info.get("workload") in by_workload and info.get("key") not in tuned]
-    share = max(MIN_PER_TASK, min(PER_TASK, MAX_RECORDS // max(len(similar), 1)))
+    share = max(budget.min_per_task,
+                min(budget.per_task, budget.max_records // max(len(similar), 1)))
     groups, total = [], 0
     for info in similar:
-        if total >= MAX_RECORDS:
+        if total >= budget.max_records:
             break
         records = [r for r in db.records(task_key=info["key"], target_key=target.key,
                                          hardware_key=target.hardware_key)
                    if compatible_versions(r.versions, versions)]
-        records = records[-min(share, MAX_RECORDS - total):]
+        records = records[-min(share, budget.max_records - total):]
         if len(records) < 2:
             continue
         task = rebuild_task(by_workload[info["workload"]], dict(info.get("args") or {}),
@@ -79,17 +78,21 @@ def similar_groups(tasks, db, target, versions, known_tasks: list[dict]) -> list
     return groups
 
 
-def warm_start(model, tasks, db, target, versions, known_tasks) -> WarmStart | None:
-    """Give `model` (an XGBRanker shared by the run's strategies) the similar tasks'
+def warm_start(model, tasks, db, target, versions, known_tasks,
+               budget: RecordBudget = RecordBudget(),
+               space_factory=generate_space) -> WarmStart | None:
+    """Give `model` (the CostModel shared by the run's strategies) the similar tasks'
     records as training groups, switched to the transfer settings, and train it; None
-    when there are none or they carry no ranking signal."""
-    groups = similar_groups(tasks, db, target, versions, known_tasks)
+    when there are none or they carry no ranking signal. Records replay in the spaces
+    `space_factory(task, target)` makes (the run's own)."""
+    groups = similar_groups(tasks, db, target, versions, known_tasks, budget)
     if not groups:
         return None
     from cost_model.transfer import TransferReport, train_from_records
 
     report = TransferReport()
-    train_from_records(groups, target, model=model.for_transfer(), report=report)
+    train_from_records(groups, target, model=model.for_transfer(), report=report,
+                       space_factory=space_factory)
     if not model.trained:
         return None
     return WarmStart(report.rows, [g[0].name for g in groups])

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autosched.errors import UserError
+from .errors import CostModelError
 from .features import FeatureConfig, extract, feature_names
 
 MODEL_FORMAT = "autosched-xgb-ranker"
@@ -189,7 +189,7 @@ class XGBRanker:
     def save(self, path: str) -> None:
         """Write `path` (XGBoost JSON model) and its sidecar, each atomically."""
         if self._booster is None:
-            raise UserError("the cost model has no training data yet: nothing to save")
+            raise CostModelError("the cost model has no training data yet: nothing to save")
         meta = {"format": MODEL_FORMAT, "format_version": _FORMAT_VERSION,
                 "features": self.config.to_json(), "num_features": self.num_features,
                 "feature_names": feature_names(self.config), "params": self.params,
@@ -207,15 +207,15 @@ class XGBRanker:
         try:
             config = FeatureConfig.from_json(meta["features"])
         except (KeyError, TypeError, ValueError) as e:
-            raise UserError(f"{path}: cost model was saved with other features ({e})") from None
+            raise CostModelError(f"{path}: cost model was saved with other features ({e})") from None
         booster = xgb.Booster()
         try:
             with open(path, "rb") as f:
                 booster.load_model(bytearray(f.read()))
         except (OSError, xgb.core.XGBoostError) as e:
-            raise UserError(f"{path}: not an XGBoost JSON model ({str(e).splitlines()[0]})") from None
+            raise CostModelError(f"{path}: not an XGBoost JSON model ({str(e).splitlines()[0]})") from None
         if booster.num_features() != len(feature_names(config)):
-            raise UserError(f"{path}: model has {booster.num_features()} features, "
+            raise CostModelError(f"{path}: model has {booster.num_features()} features, "
                             f"its sidecar describes {len(feature_names(config))}")
         self.config = config
         self.rounds = int(meta.get("rounds", self.rounds))
@@ -233,13 +233,13 @@ def _read_sidecar(path: str) -> dict:
         with open(side) as f:
             meta = json.load(f)
     except FileNotFoundError:
-        raise UserError(f"{path}: sidecar {side} is missing (saved by another tool?)") from None
+        raise CostModelError(f"{path}: sidecar {side} is missing (saved by another tool?)") from None
     except (OSError, json.JSONDecodeError) as e:
-        raise UserError(f"{side}: unreadable ({e})") from None
+        raise CostModelError(f"{side}: unreadable ({e})") from None
     if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
-        raise UserError(f"{side}: not an autosched cost-model sidecar")
+        raise CostModelError(f"{side}: not an autosched cost-model sidecar")
     if int(meta.get("format_version", 0)) > _FORMAT_VERSION:
-        raise UserError(f"{side}: written by a newer autosched (format "
+        raise CostModelError(f"{side}: written by a newer autosched (format "
                         f"{meta.get('format_version')})")
     return meta
 

@@ -32,6 +32,20 @@ def target():
 
 
 @pytest.fixture(scope="session")
+def synthetic():
+    """The synthetic test device (tests/support/synthetic.py)."""
+    from support import synthetic
+
+    return synthetic
+
+
+@pytest.fixture(scope="session")
+def matmul_space(synthetic):
+    """The synthetic tiling space of the 256^3 matmul."""
+    return synthetic.make_space(synthetic.matmul_task())
+
+
+@pytest.fixture(scope="session")
 def examples_dir() -> Path:
     return EXAMPLES
 

@@ -1,9 +1,10 @@
-"""`make_measurer`: the one place a runner name becomes objects.
+"""`make_measurer`: a runner name (resolved by `autosched.components.runner_factory`)
+plus a local parallel builder become the measurer of a run.
 
-A Measurer builds a batch of candidates in parallel, hands only the successful builds
-to the runner, and returns one MeasureResult per input with `build_seconds` and
-`run_seconds` filled. Libraries are deleted once run; `close()` (or leaving the `with`
-block) stops every worker and removes the temporary files.
+A `BuildRunMeasurer` (a `base.Measurer`) builds a batch of candidates in parallel, hands
+only the successful builds to the runner, and returns one MeasureResult per input with
+`build_seconds` and `run_seconds` filled. Libraries are deleted once run; `close()` (or
+leaving the `with` block) stops every worker and removes the temporary files.
 """
 from __future__ import annotations
 
@@ -12,55 +13,31 @@ import os
 import shutil
 import tempfile
 import weakref
-from typing import Callable
 
-from ..errors import UserError
 from .base import Builder, Runner
 from .builder import LocalBuilder
-from .local_runner import LocalRunner
 from .result import MeasureResult
 from .settings import MeasureInput, MeasureSettings
 
 
-def _local_runner(settings: MeasureSettings, work_dir: str, address: str) -> Runner:
-    if address:
-        raise UserError(f"--runner local takes no address, got 'local://{address}'")
-    return LocalRunner(settings, work_dir)
-
-
-def _rpc_runner(settings: MeasureSettings, work_dir: str, address: str) -> Runner:
-    from .rpc_runner import RPCRunner
-    from .rpc_tracker import parse_rpc_address
-
-    # plain "rpc": the tracker and key come from TVM_TRACKER_HOST / _PORT / _KEY
-    return RPCRunner(settings, work_dir, parse_rpc_address(address, os.environ))
-
-
-# Runner scheme -> factory(settings, work_dir, address). "local" or "local://";
-# "rpc://HOST:PORT/KEY" maps to scheme "rpc" with address "HOST:PORT/KEY".
-RUNNERS: dict[str, Callable[[MeasureSettings, str, str], Runner]] = {
-    "local": _local_runner,
-    "rpc": _rpc_runner,
-}
-
-
-def parse_runner(name: str) -> tuple[str, str]:
-    """'local' -> ('local', ''); 'rpc://h:9190/key' -> ('rpc', 'h:9190/key')."""
-    scheme, sep, address = (name or "").strip().partition("://")
-    return scheme, address if sep else ""
-
-
-class Measurer:
+class BuildRunMeasurer:
     """Build then run; see the module docstring."""
 
-    def __init__(self, builder: Builder, runner: Runner, work_dir: str, owns_work_dir: bool):
+    def __init__(self, builder: Builder, runner: Runner, work_dir: str, owns_work_dir: bool,
+                 build_workers: int = 1):
         self.builder = builder
         self.runner = runner
+        self.build_workers = build_workers
         self.work_dir = work_dir
         self._closed = False
         # also runs at interpreter exit when close() was never called
         self._finalizer = weakref.finalize(self, _shutdown, builder, runner, work_dir,
                                            owns_work_dir)
+
+    @property
+    def concurrency(self) -> int:
+        """A chunk fills every build worker and every session the runner holds now."""
+        return max(1, self.build_workers, self.runner.concurrency)
 
     def measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
         """One result per input, in order. Failures are results, never exceptions."""
@@ -83,7 +60,7 @@ class Measurer:
         self._closed = True
         self._finalizer()
 
-    def __enter__(self) -> "Measurer":
+    def __enter__(self) -> "BuildRunMeasurer":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -101,28 +78,27 @@ def _shutdown(builder: Builder, runner: Runner, work_dir: str, owns_work_dir: bo
 
 
 def make_measurer(settings: MeasureSettings, runner: str = "local",
-                  work_dir: str | None = None) -> Measurer:
-    """A Measurer for `runner` ("local", "rpc://HOST:PORT/KEY" or "rpc").
+                  work_dir: str | None = None) -> BuildRunMeasurer:
+    """A build-then-run measurer for `runner` ("local", "rpc://HOST:PORT/KEY" or "rpc").
 
     `work_dir` keeps the reference data (reused by later runs on the same tasks) and,
     while measuring, the built libraries and worker logs. None: a temporary folder,
     removed by `close()`. An unknown runner name is a UserError.
     """
-    scheme, address = parse_runner(runner)
-    factory = RUNNERS.get(scheme)
-    if factory is None:
-        raise UserError(f"unknown --runner {runner!r}; use one of: "
-                        + ", ".join(f"{s}" if s == "local" else f"{s}://..." for s in RUNNERS))
+    from ..components import runner_factory
+
+    make_runner = runner_factory(runner)
     owns = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="autosched-measure-") if owns else work_dir
     os.makedirs(work_dir, exist_ok=True)
     try:
-        run = factory(settings, work_dir, address)
+        run = make_runner(settings, work_dir)
     except BaseException:
         if owns:
             shutil.rmtree(work_dir, ignore_errors=True)
         raise
-    return Measurer(LocalBuilder(settings, work_dir), run, work_dir, owns)
+    return BuildRunMeasurer(LocalBuilder(settings, work_dir), run, work_dir, owns,
+                            settings.build_workers)
 
 
 def _unlink(path: str | None) -> None:

@@ -166,11 +166,10 @@ def _space_with_a_wrong_sketch(task, target):
     return WrongSpace(task, target, Rules())
 
 
-def test_wrong_answers_are_recorded_and_never_best(tmp_path, examples_dir, monkeypatch):
+def test_wrong_answers_are_recorded_and_never_best(tmp_path, examples_dir):
     from autosched.tuner import tune_tasks
     from autosched.workload import load_tasks
 
-    monkeypatch.setattr("autosched.tuner.generate_space", _space_with_a_wrong_sketch)
     task = load_tasks(str(examples_dir / "matmul.py"), None, SMALL)[0]
     config = _config(tmp_path, 12, strategy="random")
 
@@ -186,8 +185,8 @@ def test_wrong_answers_are_recorded_and_never_best(tmp_path, examples_dir, monke
             taken = exclude | {c.key for c, _ in picks}
             return picks + super().propose(space, n - len(picks), taken, rng)
 
-    monkeypatch.setitem(__import__("autosched.search").search.STRATEGIES, "random", WrongFirst)
-    state = tune_tasks([task], config).tasks[0]
+    state = tune_tasks([task], config, space_factory=_space_with_a_wrong_sketch,
+                       strategy_factory=WrongFirst).tasks[0]
     db = open_database(config.database_url)
     records = db.records(task_key=task.key)
     best = db.best(task.key, records[0].target_key, records[0].hardware_key,

@@ -1,24 +1,9 @@
-"""Fixtures for cost-model tests: the synthetic tiling sketch and measurer shared with
-the search tests (tests/search/synthetic.py)."""
+"""Fixtures for cost-model tests on the synthetic device (tests/support/synthetic.py)."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def synthetic():
-    from support.modules import load_by_path
-
-    return load_by_path(Path(__file__).resolve().parents[1] / "search" / "synthetic.py",
-                        "autosched_test_synthetic")
-
-
-@pytest.fixture(scope="session")
-def matmul_space(synthetic):
-    return synthetic.make_space(synthetic.matmul_task())
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
+from autosched.components import make_cost_model
 from autosched.errors import UserError
-from cost_model import make_cost_model
+from cost_model import CostModelError
 from cost_model.features import FEATURE_VERSION
 from cost_model.xgb_ranker import ON_BASE_ETA, ON_BASE_ROUNDS, XGBRanker, relevance, sidecar_path
 
@@ -65,7 +66,7 @@ def test_untrained_model_scores_zero_and_refuses_to_save(tmp_path, measured, mat
     cands, mods, _ = measured
     model = XGBRanker()
     assert model.predict(matmul_space.task, cands[:4], mods[:4]).tolist() == [0.0] * 4
-    with pytest.raises(UserError, match="no training data"):
+    with pytest.raises(CostModelError, match="no training data"):
         model.save(str(tmp_path / "m.json"))
 
 
@@ -125,19 +126,19 @@ def test_updates_after_load_boost_on_top_of_the_loaded_model(tmp_path, measured,
 
 def test_load_rejects_bad_files_with_one_line(tmp_path, measured, matmul_space):
     path = str(tmp_path / "model.json")
-    with pytest.raises(UserError, match="sidecar .* is missing"):
+    with pytest.raises(CostModelError, match="sidecar .* is missing"):
         open(path, "w").write("{}")
         XGBRanker().load(path)
     _trained(measured, matmul_space).save(path)
     meta = json.load(open(sidecar_path(path)))
     meta["features"]["version"] = "0"
     json.dump(meta, open(sidecar_path(path), "w"))
-    with pytest.raises(UserError, match="other features"):
+    with pytest.raises(CostModelError, match="other features"):
         XGBRanker().load(path)
     meta["features"]["version"] = FEATURE_VERSION
     json.dump(meta, open(sidecar_path(path), "w"))
     open(path, "w").write("not json")
-    with pytest.raises(UserError, match="not an XGBoost JSON model"):
+    with pytest.raises(CostModelError, match="not an XGBoost JSON model"):
         XGBRanker().load(path)
     with pytest.raises(UserError, match="unknown cost model"):
         make_cost_model("mlp")

@@ -58,20 +58,3 @@ def matmul_task():
 
     return load_tasks(str(ROOT / "examples" / "matmul.py"),
                       arg_items=["M=64", "N=64", "K=64"])[0]
-
-
-@pytest.fixture
-def runners(monkeypatch):
-    """Every RPCRunner made in this test, in order (to read its statistics)."""
-    from autosched.measure import factory
-
-    made = []
-    original = factory.RUNNERS["rpc"]
-
-    def spy(*args):
-        runner = original(*args)
-        made.append(runner)
-        return runner
-
-    monkeypatch.setitem(factory.RUNNERS, "rpc", spy)
-    return made

@@ -5,7 +5,8 @@ import pytest
 
 from autosched.cli_workers import farm_state
 from autosched.errors import UserError
-from autosched.measure.factory import make_measurer, parse_runner
+from autosched.components import parse_runner
+from autosched.measure.factory import make_measurer
 from autosched.measure.rpc_tracker import (RPCAddress, parse_rpc_address, parse_tracker,
                                            servers_by_key)
 

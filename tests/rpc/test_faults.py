@@ -9,6 +9,7 @@ import time
 
 from autosched.config import TuneConfig
 from autosched.db import open_database
+from autosched.measure.factory import make_measurer
 from autosched.tuner import tune_tasks
 
 TRIALS = 32
@@ -53,8 +54,7 @@ def _records(url, task):
         return db.records(task_key=task.key)
 
 
-def test_killing_one_server_mid_run_loses_nothing(farm, key, settings, matmul_task, runners,
-                                                   tmp_path):
+def test_killing_one_server_mid_run_loses_nothing(farm, key, settings, matmul_task, tmp_path):
     victim, survivor = farm.add_servers(key, 2)
     # every timing takes >= 0.3 s a repeat, so a session lasts long enough to be cut
     slow = dataclasses.replace(settings, min_repeat_ms=300)
@@ -62,7 +62,8 @@ def test_killing_one_server_mid_run_loses_nothing(farm, key, settings, matmul_ta
                         runner=farm.url(key), work_dir=str(tmp_path / "work"),
                         batch_size=16, measure=slow)
     killer = Killer(farm, [victim], [victim, survivor], after=6)
-    result = tune_tasks([matmul_task], config)
+    with make_measurer(slow, config.runner, config.work_dir) as measurer:
+        result = tune_tasks([matmul_task], config, measurer=measurer)
     killer.join(timeout=5)
     assert killer.killed_at is not None
     assert result.stopped is None and result.trials == TRIALS
@@ -71,7 +72,7 @@ def test_killing_one_server_mid_run_loses_nothing(farm, key, settings, matmul_ta
     assert len({r.candidate_key for r in records}) == TRIALS
     # the candidate cut off with its server was measured again on the survivor
     assert all(r.ok or r.result.error_kind in BUILD_SIDE for r in records)
-    (runner,) = runners
+    runner = measurer.runner
     assert runner.stats["lost"] == 1 and runner.stats["retried"] == 1
     assert runner.stats["measured"] == sum(r.ok for r in records)
     assert "crashed" not in runner.stats

@@ -5,6 +5,7 @@ import numpy as np
 
 from autosched.config import TuneConfig
 from autosched.db import open_database
+from autosched.measure.factory import make_measurer
 from autosched.tuner import tune_tasks
 
 TRIALS = 32
@@ -34,10 +35,12 @@ def _replay_matches_numpy(task, target, record) -> bool:
 
 
 def test_32_trials_through_two_servers_are_all_recorded_and_correct(
-        farm, pool, settings, matmul_task, runners, tmp_path):
+        farm, pool, settings, matmul_task, tmp_path):
     key, servers = pool
     config = _config(farm, key, settings, tmp_path)
-    result = tune_tasks([matmul_task], config)
+    with make_measurer(settings, config.runner, config.work_dir) as measurer:
+        result = tune_tasks([matmul_task], config, measurer=measurer)
+    runner = measurer.runner
     assert result.stopped is None
     assert result.trials == TRIALS
     with open_database(config.database_url) as db:
@@ -48,7 +51,6 @@ def test_32_trials_through_two_servers_are_all_recorded_and_correct(
     for r in records:
         assert r.ok or (r.result.error_kind in BUILD_SIDE and r.result.error_msg), r.result
     assert all(len(r.latencies) == settings.repeat for r in (x.result for x in ok))
-    (runner,) = runners
     assert runner.concurrency == 2
     assert runner.stats == {"measured": len(ok)}  # nothing lost, nothing retried
     assert sorted(runner.servers_used) == sorted(s.address for s in servers)  # both worked

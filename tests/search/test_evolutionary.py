@@ -6,9 +6,17 @@ import statistics
 
 import pytest
 
+from autosched.components import STRATEGIES, make_strategy
+from autosched.config import TuneConfig
 from autosched.errors import UserError
-from autosched.search import STRATEGIES, EvolutionarySearch, RandomSearch, make_strategy
+from autosched.search import EvolutionarySearch, RandomSearch
+from autosched.tuner import tune_tasks
+from cost_model import XGBRanker
 from search_space import Candidate
+
+
+def evolutionary(seed: int = 0, **options) -> EvolutionarySearch:
+    return EvolutionarySearch(XGBRanker(seed=seed), **options)
 
 
 def test_mutants_are_valid_candidates_of_the_same_sketch(matmul_space):
@@ -28,7 +36,7 @@ def test_mutants_are_valid_candidates_of_the_same_sketch(matmul_space):
 def test_no_candidate_is_proposed_twice_or_from_exclude(synthetic, matmul_space):
     rng = random.Random(5)
     excluded = {matmul_space.sample(rng)[0].key for _ in range(40)}
-    search = EvolutionarySearch(population=16, generations=2, seed=5)
+    search = evolutionary(5, population=16, generations=2)
     measured, proposed = set(excluded), []
     for _ in range(4):
         picks = search.propose(matmul_space, 12, set(measured), rng)
@@ -68,7 +76,7 @@ def test_a_small_space_is_exhausted_without_repeats(synthetic):
     from search_space import SearchSpace
 
     space = SearchSpace(synthetic.matmul_task(2, 8, 2), synthetic.LLVM, _TinyRules())
-    search = EvolutionarySearch(population=4, generations=1, seed=1)
+    search = evolutionary(1, population=4, generations=1)
     rng = random.Random(1)
     seen: set[str] = set()
     for _ in range(10):
@@ -93,7 +101,7 @@ def test_seeds_from_a_similar_task_are_adapted_into_this_space(synthetic, matmul
         assert cand.values()[name] == foreign.values()[name]
     assert matmul_space.adapt(Candidate.make("nonexistent", {}), rng) is None
     own, _ = matmul_space.sample(rng)
-    search = EvolutionarySearch(population=8, generations=0, seed=0)
+    search = evolutionary(0, population=8, generations=0)
     search.seed_candidates([own, foreign, Candidate.make("nonexistent", {})])
     population = search._initial(matmul_space, rng, {})
     assert len(population) == 8 and population[0][0] == own  # seeds first, as they are
@@ -103,15 +111,22 @@ def test_seeds_from_a_similar_task_are_adapted_into_this_space(synthetic, matmul
                for k in ("parallel", "vectorize", "unroll", "cache_write"))
 
 
-def test_evolution_with_the_model_beats_random_search(synthetic, matmul_space):
-    """Median over seeds of the best latency after 48 synthetic trials."""
-    evo, rnd = [], []
-    for seed in range(5):
-        evo.append(synthetic.run_search(
-            EvolutionarySearch(population=32, generations=2, seed=seed), matmul_space,
-            48, 16, random.Random(seed)))
-        rnd.append(synthetic.run_search(RandomSearch(), matmul_space, 48, 16,
-                                        random.Random(seed)))
+def test_evolution_with_the_model_beats_random_search(synthetic, tmp_path):
+    """Median over seeds of the best latency after 48 synthetic trials in the real loop."""
+    task = synthetic.matmul_task()
+
+    def best(name, seed, make):
+        config = TuneConfig(trials=48, batch_size=16, seed=seed, work_dir=str(tmp_path),
+                            db_url=f"sqlite:///{tmp_path}/{name}{seed}.db")
+        measurer = synthetic.SyntheticMeasurer()
+        result = tune_tasks([task], config, measurer=measurer,
+                            space_factory=synthetic.make_space, strategy_factory=make)
+        assert len(set(measurer.measured)) == len(measurer.measured) == 48
+        return result.tasks[0].best_latency
+
+    evo = [best("evo", seed, lambda: evolutionary(seed, population=32, generations=2))
+           for seed in range(5)]
+    rnd = [best("rnd", seed, RandomSearch) for seed in range(5)]
     assert statistics.median(evo) < 0.9 * statistics.median(rnd)
 
 
@@ -119,7 +134,7 @@ def test_make_strategy_is_the_one_entry_point(tmp_path, synthetic, matmul_space)
     assert set(STRATEGIES) == {"random", "evolutionary"}
     assert isinstance(make_strategy("random"), RandomSearch)
     s = make_strategy("evolutionary", seed=1, population=8, generations=1)
-    assert isinstance(s, EvolutionarySearch) and not s.model.trained
+    assert isinstance(s, EvolutionarySearch) and not s.cost_model.trained
     with pytest.raises(UserError, match="unknown --strategy"):
         make_strategy("annealing")
     with pytest.raises(UserError, match="population"):
@@ -130,8 +145,8 @@ def test_make_strategy_is_the_one_entry_point(tmp_path, synthetic, matmul_space)
     s.update(matmul_space, [c for c, _ in pairs], [m for _, m in pairs],
              [synthetic.synthetic_latency(c) for c, _ in pairs])
     path = str(tmp_path / "m.json")
-    s.model.save(path)
+    s.cost_model.save(path)
     warm = make_strategy("evolutionary", seed=1, model_path=path)
     cands, mods = [c for c, _ in pairs], [m for _, m in pairs]
-    assert (warm.model.predict(matmul_space.task, cands, mods) ==
-            s.model.predict(matmul_space.task, cands, mods)).all()
+    assert (warm.cost_model.predict(matmul_space.task, cands, mods) ==
+            s.cost_model.predict(matmul_space.task, cands, mods)).all()

@@ -1,37 +1,33 @@
 """Transfer without --model: a run's cost model learns from the database's records of
-other shapes of the same workload before its first batch (replaying measurer, no builds)."""
+other shapes of the same workload before its first batch (synthetic measurer, no builds)."""
 from __future__ import annotations
 
 import sqlite3
 
 import pytest
 
-from autosched import warm_start as warm_start_module
-from autosched.config import TuneConfig
+from autosched.components import make_strategy
+from autosched.config import RecordBudget, TuneConfig
 from autosched.db import open_database
 from autosched.tuner import tune_tasks
 from cost_model.xgb_ranker import TRANSFER_PARAMS, TRANSFER_ROUNDS, XGBRanker
 
 
 @pytest.fixture
-def loop(tmp_path, synthetic, monkeypatch):
+def loop(tmp_path, synthetic):
     """tune(tasks, **config) with the synthetic device; returns (result, shared model)."""
-    models = []
-
-    def options(config):
-        models.append(XGBRanker(rounds=20, seed=config.seed))
-        return {"seed": config.seed, "population": 16, "generations": 1,
-                "cost_model": models[-1]}
-
-    monkeypatch.setattr("search_space.cpu.RULES", synthetic.TilingRules())
-    monkeypatch.setattr("autosched.measure.factory.make_measurer", synthetic.ReplayingMeasurer)
-    monkeypatch.setattr("autosched.tuner._strategy_options", options)
     url = f"sqlite:///{tmp_path}/t.db"
 
     def tune(tasks, **overrides):
         config = TuneConfig(**{"trials": 16, "batch_size": 8, "db_url": url,
                                "work_dir": str(tmp_path), **overrides})
-        return tune_tasks(tasks, config), models[-1]
+        model = XGBRanker(rounds=20, seed=config.seed)
+        result = tune_tasks(
+            tasks, config, measurer=synthetic.SyntheticMeasurer(),
+            space_factory=synthetic.make_space,
+            strategy_factory=lambda: make_strategy("evolutionary", cost_model=model,
+                                                   population=16, generations=1))
+        return result, model
 
     tune.url = url
     return tune
@@ -53,15 +49,16 @@ def test_a_new_shape_starts_from_the_records_of_the_others(loop, synthetic):
     assert all(model.params[k] == v for k, v in TRANSFER_PARAMS.items())
 
 
-def test_the_record_budget_is_shared_evenly_by_the_other_shapes(loop, synthetic, monkeypatch):
+def test_the_record_budget_is_shared_evenly_by_the_other_shapes(loop, synthetic):
     for shape in ((256, 256, 256), (128, 256, 64), (64, 64, 128)):
         loop([synthetic.matmul_task(*shape)], trials=16)
-    monkeypatch.setattr(warm_start_module, "MAX_RECORDS", 30)
-    monkeypatch.setattr(warm_start_module, "MIN_PER_TASK", 4)
-    result, model = loop([synthetic.matmul_task(64, 128, 256)], trials=8)
+    budget = RecordBudget(max_records=30, min_per_task=4)
+    result, model = loop([synthetic.matmul_task(64, 128, 256)], trials=8,
+                         transfer_records=budget)
     assert result.warm_start.records == 30 and len(result.warm_start.tasks) == 3  # 10 each
-    monkeypatch.setattr(warm_start_module, "MIN_PER_TASK", 12)  # 12, 12, then the 6 left
-    result, model = loop([synthetic.matmul_task(32, 128, 256)], trials=8)
+    budget = RecordBudget(max_records=30, min_per_task=12)  # 12, 12, then the 6 left
+    result, model = loop([synthetic.matmul_task(32, 128, 256)], trials=8,
+                         transfer_records=budget)
     assert result.warm_start.records == 30 and len(result.warm_start.tasks) == 3
 
 

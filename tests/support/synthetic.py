@@ -1,6 +1,7 @@
-"""Test device: a real matmul tiling sketch and a measurer whose latencies are an analytic
-function of the decisions, so search and cost model run end to end without building
-kernels.
+"""Synthetic test device: a real matmul tiling sketch and a measurer whose latencies are an
+analytic function of the decisions, so search and cost model run end to end in the real
+tuning loop (`tune_tasks(..., measurer=SyntheticMeasurer(), space_factory=make_space)`)
+without building kernels.
 
 The landscape (`synthetic_latency`) rewards what a CPU matmul rewards, on a log scale:
 a register tile of about 64 outputs (i3 * j3), a cache tile of about 2^10 outputs
@@ -78,8 +79,9 @@ class TilingRules:
         return None
 
 
-def make_space(task):
-    return SearchSpace(task, LLVM, TilingRules())
+def make_space(task, target=LLVM):
+    """The space of `MatmulTiling` alone (a `space_factory` for the tuning loop)."""
+    return SearchSpace(task, target, TilingRules())
 
 
 def synthetic_latency(cand) -> MeasureResult:
@@ -100,34 +102,22 @@ def synthetic_latency(cand) -> MeasureResult:
     return MeasureResult(latencies=(1e-3 * 2.0 ** cost,))
 
 
-def run_search(strategy, space, budget: int, batch: int, rng) -> float:
-    """The tuning loop with the synthetic measurer: best latency found in `budget` trials."""
-    measured: set[str] = set()
-    best = math.inf
-    while len(measured) < budget:
-        picks = strategy.propose(space, min(batch, budget - len(measured)), measured, rng)
-        if not picks:
-            break
-        results = [synthetic_latency(c) for c, _ in picks]
-        for (cand, _), res in zip(picks, results):
-            assert cand.key not in measured, "a candidate was proposed twice"
-            measured.add(cand.key)
-            best = min(best, res.median)
-        strategy.update(space, [c for c, _ in picks], [m for _, m in picks], results)
-    return best
+class SyntheticMeasurer:
+    """A `Measurer` for the tuning loop: every candidate of `MatmulTiling` "measures" as
+    `synthetic_latency` and the default as 1 s; nothing is built or run."""
 
+    concurrency = 8
 
-class ReplayingMeasurer:
-    """Stands in for `autosched.measure.factory.make_measurer(...)` in the tuning loop:
-    every candidate "measures" as `synthetic_latency`, nothing is built or run."""
-
-    def __init__(self, *args, **kwargs):
-        self.measured: list[str] = []
+    def __init__(self):
+        self.measured: list[tuple[str, str]] = []  # (task key, candidate key)
 
     def measure(self, inputs) -> list[MeasureResult]:
-        self.measured += [inp.candidate.key for inp in inputs]
+        self.measured += [(inp.task.key, inp.candidate.key) for inp in inputs]
         return [synthetic_latency(inp.candidate) if inp.candidate.sketch == "tile"
                 else MeasureResult(latencies=(1.0,)) for inp in inputs]
+
+    def close(self) -> None:
+        return None
 
     def __enter__(self):
         return self
