@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from autosched.cli_workers import farm_state
+from autosched.cli.workers import farm_state
 from autosched.errors import UserError
 from autosched.measure.factory import make_measurer, parse_runner
 from autosched.measure.rpc_tracker import (RPCAddress, parse_rpc_address, parse_tracker,

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from autosched import cli_plan
+from autosched.cli import plan as cli_plan
 from autosched.errors import UserError
 from autosched.runtime.modelfile import load_model_file
 

@@ -7,7 +7,7 @@ import sys
 import time
 
 from .tables import format_table, latency_label
-from .tuner import Callback
+from ..tuner import Callback
 
 
 class ProgressBar(Callback):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from .errors import UserError
+from ..errors import UserError
 
 
 def add_parser(subparsers):
@@ -21,7 +21,7 @@ def add_parser(subparsers):
 def farm_state(info: dict, key: str | None = None) -> dict:
     """{"keys": [{"key", "servers", "free", "pending"}], "servers": [{"address", "key"}]}
     from a tracker summary; keys without servers or waiting requests are left out."""
-    from .measure.rpc_tracker import servers_by_key
+    from ..measure.rpc_tracker import servers_by_key
 
     by_key = servers_by_key(info)
     queues = info.get("queue_info", {})
@@ -38,7 +38,7 @@ def farm_state(info: dict, key: str | None = None) -> dict:
 
 
 def _tracker_address(text: str | None) -> tuple[str, int]:
-    from .measure.rpc_tracker import ENV_HOST, ENV_PORT, parse_tracker
+    from ..measure.rpc_tracker import ENV_HOST, ENV_PORT, parse_tracker
 
     if not text:
         host, port = os.environ.get(ENV_HOST), os.environ.get(ENV_PORT)
@@ -50,7 +50,7 @@ def _tracker_address(text: str | None) -> tuple[str, int]:
 
 
 def run(args) -> int:
-    from .measure.rpc_tracker import TrackerError, summary
+    from ..measure.rpc_tracker import TrackerError, summary
     from .tables import format_table
 
     host, port = _tracker_address(args.tracker)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from .errors import UserError
+from ..errors import UserError
 
 
 def add_parser(subparsers):
@@ -39,7 +39,7 @@ def add_parser(subparsers):
 
 
 def _check(args) -> None:
-    from .runtime.units import parse_budget
+    from ..runtime.units import parse_budget
 
     parse_budget(args.memory_budget, 1)        # fail on a malformed budget before profiling
     if args.time_limit <= 0:
@@ -66,8 +66,8 @@ def run(args) -> int:
     _check(args)
     import torch
 
-    from .runtime.api import plan
-    from .runtime.modelfile import load_model_file
+    from ..runtime.api import plan
+    from ..runtime.modelfile import load_model_file
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -85,8 +85,8 @@ def run(args) -> int:
 
 
 def _memeff_kernels(directory: str) -> dict:
-    from .runtime.memeff_library import GELU_WORKLOAD, memeff_library_kernels
-    from .torch.errors import LibraryError
+    from ..runtime.memeff_library import GELU_WORKLOAD, memeff_library_kernels
+    from ..torch.errors import LibraryError
 
     try:
         kernels = memeff_library_kernels(directory)

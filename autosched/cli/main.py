@@ -9,11 +9,11 @@ import argparse
 import importlib
 import sys
 
-from .errors import UserError
+from ..errors import UserError
 
 # Subcommands implemented in their own modules: each has add_parser(subparsers) and run(args).
-SUBCOMMAND_MODULES = ("autosched.cli_db", "autosched.cli_model", "autosched.cli_plan",
-                      "autosched.cli_workers")
+SUBCOMMAND_MODULES = ("autosched.cli.db", "autosched.cli.model", "autosched.cli.plan",
+                      "autosched.cli.workers")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,9 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_tune(args) -> int:
-    from .config import TuneConfig
-    from .measure.settings import MeasureSettings
-    from .workload import load_tasks
+    from ..config import TuneConfig
+    from ..measure.settings import MeasureSettings
+    from ..workload import load_tasks
 
     if args.trials < 0:
         raise UserError(f"--trials must be >= 0, got {args.trials}")
@@ -104,14 +104,14 @@ def _run_tune(args) -> int:
     if config.dry_run:
         return _dry_run(tasks, config)
     from .progress import JsonLog, ProgressBar, summary_table
-    from .tuner import tune_tasks
+    from ..tuner import tune_tasks
 
     log = JsonLog(config.work_dir)
     result = tune_tasks(tasks, config, [ProgressBar(), log])
     print(summary_table(result))
     if result.warm_start is not None:
         print(result.warm_start.describe())
-    from .db import mask_password
+    from ..db import mask_password
 
     print(f"records: {mask_password(result.db_url)}   log: {log.path}")
     if result.stopped:
@@ -123,9 +123,9 @@ def _run_tune(args) -> int:
 
 
 def _dry_run(tasks, config) -> int:
-    from .dry_run import dry_run_task
+    from ..dry_run import dry_run_task
     from .tables import format_table
-    from .target import resolve_target
+    from ..target import resolve_target
 
     target = resolve_target(config.target)
     rows = []
@@ -143,7 +143,7 @@ def _dry_run(tasks, config) -> int:
 
 
 def _run_export(args) -> int:
-    from .exporting import export
+    from ..exporting import export
 
     path = export(args.op_file, args.target, args.output, args.db, args.workload, args.arg)
     print(f"wrote {path}")
@@ -151,7 +151,7 @@ def _run_export(args) -> int:
 
 
 def _run_report(args) -> int:
-    from .db import DEFAULT_DB_URL, open_database
+    from ..db import DEFAULT_DB_URL, open_database
     from .report import plot_curves, summarize, table
 
     db = open_database(args.db or DEFAULT_DB_URL)
@@ -190,7 +190,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autosched: internal error: {type(e).__name__}: {first} (rerun with --debug "
               "for the traceback)", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

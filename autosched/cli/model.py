@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .errors import UserError
+from ..errors import UserError
 
 
 def add_parser(subparsers):
@@ -56,8 +56,8 @@ def run(args) -> int:
     from cost_model.xgb_ranker import XGBRanker
     from search_space import SPACE_VERSION
 
-    from .db import mask_password, open_database
-    from .versions import current_versions
+    from ..db import mask_password, open_database
+    from ..versions import current_versions
 
     if not args.output.endswith(".json"):
         raise UserError(f"-o: the model file must end in .json, got {args.output!r}")
