@@ -6,13 +6,15 @@ writes the plan as JSON with -o. torch is imported only when the command runs.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 
 from ..errors import UserError
 
 
-def add_parser(subparsers):
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `plan` command to the main CLI's subparsers."""
     p = subparsers.add_parser("plan", help="choose per-layer keep/recompute/offload under a "
                               "memory budget")
     p.add_argument("model_file", help="Python file defining make_model() and make_inputs()")
@@ -34,7 +36,6 @@ def add_parser(subparsers):
     p.add_argument("--memeff-library", metavar="DIR",
                    help="exported library of autosched/runtime/memeff_workloads.py: the "
                         "memory-efficient GELU runs (and is measured with) its fused kernel")
-    p.set_defaults(func=run)
     return p
 
 
@@ -61,7 +62,7 @@ def _check(args) -> None:
                         f"{os.path.dirname(os.path.abspath(args.output))} does not exist")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Profile, plan, print; returns the exit code (UserError propagates to the CLI)."""
     _check(args)
     import torch

@@ -2,14 +2,15 @@
 its servers and the queue of every key (what `--runner rpc://HOST:PORT/KEY` will use)."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
 from ..errors import UserError
 
 
-def add_parser(subparsers):
-    """The `workers` subcommand's parser."""
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `workers` command to the main CLI's subparsers."""
     p = subparsers.add_parser("workers", help="servers and queues of an RPC tracker")
     p.add_argument("--tracker", metavar="HOST:PORT",
                    help="the tracker (default: $TVM_TRACKER_HOST:$TVM_TRACKER_PORT)")
@@ -49,7 +50,8 @@ def _tracker_address(text: str | None) -> tuple[str, int]:
     return parse_tracker(text)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Print the tracker's servers and queues (or JSON); UserError when it has none."""
     from ..measure.rpc_tracker import TrackerError, summary
     from .tables import format_table
 
