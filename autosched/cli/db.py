@@ -27,8 +27,7 @@ def _positive(text: str) -> int:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the `db` command and its subcommands to the main CLI's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    # SUPPRESS: never overwrite a --db the main parser may already have set.
-    common.add_argument("--db", metavar="URL", default=argparse.SUPPRESS, help=_DB_HELP)
+    common.add_argument("--db", metavar="URL", help=_DB_HELP)
     p = subparsers.add_parser("db", help="inspect and maintain the tuning-log database",
                               description="Inspect and maintain the tuning-log database.")
     sub = p.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
         args.records = read_records(args.file)
     # Only import and upgrade may create a database; the others would find it empty.
-    db = open_database(getattr(args, "db", None), upgrade=command == "upgrade",
+    db = open_database(args.db, upgrade=command == "upgrade",
                        create=command in ("import", "upgrade"))
     try:
         return _COMMANDS[command](db, args)

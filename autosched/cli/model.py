@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from cost_model.xgb_ranker import XGBRanker
     from search_space import SPACE_VERSION
 
-    from ..db import mask_password, open_database
+    from ..db import open_database
     from ..versions import current_versions
 
     if not args.output.endswith(".json"):
@@ -68,11 +68,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         groups = groups_from_database(db, files, args.target, current_versions(SPACE_VERSION),
                                       report)
-        url = getattr(db, "url", args.db)
     finally:
         db.close()
     if not groups:
-        raise UserError(f"{mask_password(url or '')}: no usable {args.target} records "
+        raise UserError(f"{db.url}: no usable {args.target} records "
                         f"(skipped: {report.skipped_records or 'none'})")
     model = train_from_records(groups, None, report=report, model=XGBRanker(
         features=FeatureConfig(target_kind=args.target)).for_transfer(args.rounds))
