@@ -12,7 +12,7 @@ import json
 from cost_model.transfer import TransferReport, train_from_records
 from search_space import SPACE_VERSION, Candidate, generate_space
 
-from .db import compatible_versions, mask_password, open_database
+from .db import compatible_versions, open_database
 from .errors import UserError
 from .target import TargetSpec
 from .versions import current_versions
@@ -78,11 +78,11 @@ def train_model(db_url: str, op_files: list[str], target_kind: str, rounds: int 
     try:
         groups = groups_from_database(db, op_files, target_kind,
                                       current_versions(SPACE_VERSION), report)
-        url = db.url
+        url = db.url  # with any password masked
     finally:
         db.close()
     if not groups:
-        raise UserError(f"{mask_password(url)}: no usable {target_kind} records "
+        raise UserError(f"{url}: no usable {target_kind} records "
                         f"(skipped: {report.skipped_records or 'none'})")
     model = XGBRanker(features=FeatureConfig(target_kind=target_kind)).for_transfer(rounds)
     train_from_records(groups, None, report=report, model=model, space_factory=space_factory)

@@ -89,7 +89,7 @@ def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url):
 
 
 def print_table(rows) -> str:
-    from autosched.tables import format_table
+    from autosched.cli.tables import format_table
 
     body = [(r["op"], f"{r['autosched_s'] * 1e3:.3f}", f"{r['metaschedule_s'] * 1e3:.3f}",
              f"{r['ratio']:.2f}", f"{r['torch_s'] * 1e3:.3f}", f"{r['default_s'] * 1e3:.2f}",

@@ -8,7 +8,7 @@ import pytest
 from factory import make_rec, task_json
 
 from autosched.cli import main
-from autosched.report import summarize
+from autosched.cli.report import summarize
 
 FLOPS = 2 * 64 * 32 * 16
 

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from factory import hardware_key, make_rec, target_key, task_json, task_key, versions
 
-from autosched import cli_db
+from autosched.cli import db as cli_db
 from autosched.db import open_database
 from autosched.db.roles import grant_statements
 from autosched.errors import UserError

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from autosched.cli_workers import farm_state
+from autosched.cli.workers import farm_state
 from autosched.errors import UserError
 from autosched.components import parse_runner
 from autosched.measure.factory import make_measurer

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from autosched import cli_plan
+from autosched.cli import plan as cli_plan
 from autosched.errors import UserError
 from autosched.runtime.modelfile import load_model_file
 
@@ -51,7 +51,7 @@ def test_plan_command_prints_the_table_and_writes_the_plan(model_file, tmp_path,
     path = model_file(SMALL_MLP.format(path=str(mlp_path)))
     out = tmp_path / "plan.json"
     args = parse(path, "--memory-budget", "50%", "-o", str(out), "--repeats", "1")
-    assert args.func(args) == 0
+    assert cli_plan.run(args) == 0
     printed = capsys.readouterr().out
     assert "blocks.0" in printed and "blocks.1" in printed and "step time" in printed
     plan = json.loads(out.read_text())

@@ -2,14 +2,15 @@
 its servers and the queue of every key (what `--runner rpc://HOST:PORT/KEY` will use)."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 
-from .errors import UserError
+from ..errors import UserError
 
 
-def add_parser(subparsers):
-    """The `workers` subcommand's parser."""
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `workers` command to the main CLI's subparsers."""
     p = subparsers.add_parser("workers", help="servers and queues of an RPC tracker")
     p.add_argument("--tracker", metavar="HOST:PORT",
                    help="the tracker (default: $TVM_TRACKER_HOST:$TVM_TRACKER_PORT)")
@@ -21,7 +22,7 @@ def add_parser(subparsers):
 def farm_state(info: dict, key: str | None = None) -> dict:
     """{"keys": [{"key", "servers", "free", "pending"}], "servers": [{"address", "key"}]}
     from a tracker summary; keys without servers or waiting requests are left out."""
-    from .measure.rpc_tracker import servers_by_key
+    from ..measure.rpc_tracker import servers_by_key
 
     by_key = servers_by_key(info)
     queues = info.get("queue_info", {})
@@ -38,7 +39,7 @@ def farm_state(info: dict, key: str | None = None) -> dict:
 
 
 def _tracker_address(text: str | None) -> tuple[str, int]:
-    from .measure.rpc_tracker import ENV_HOST, ENV_PORT, parse_tracker
+    from ..measure.rpc_tracker import ENV_HOST, ENV_PORT, parse_tracker
 
     if not text:
         host, port = os.environ.get(ENV_HOST), os.environ.get(ENV_PORT)
@@ -49,8 +50,9 @@ def _tracker_address(text: str | None) -> tuple[str, int]:
     return parse_tracker(text)
 
 
-def run(args) -> int:
-    from .measure.rpc_tracker import TrackerError, summary
+def run(args: argparse.Namespace) -> int:
+    """Print the tracker's servers and queues (or JSON); UserError when it has none."""
+    from ..measure.rpc_tracker import TrackerError, summary
     from .tables import format_table
 
     host, port = _tracker_address(args.tracker)

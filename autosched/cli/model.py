@@ -10,20 +10,20 @@ The model is written as `model.json` (XGBoost JSON) plus `model.meta.json`.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
-from .errors import UserError
+from ..errors import UserError
+from .options import DB_URL_HELP
 
 
-def add_parser(subparsers):
-    """Add the `model` command (and `model train`) to the main CLI's subparsers; returns
-    the `model` parser (the main CLI sets its `func` to `run`)."""
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `model` command (and `model train`) to the main CLI's subparsers."""
     p = subparsers.add_parser("model", help="train and inspect cost models")
     sub = p.add_subparsers(dest="model_command", required=True, parser_class=type(p))
     t = sub.add_parser("train", help="train a cost model from database records")
-    t.add_argument("--db", metavar="URL", help="sqlite:///PATH (default logs/autosched.db) "
-                   "or postgresql://USER@HOST:PORT/DB")
+    t.add_argument("--db", metavar="URL", help=DB_URL_HELP)
     t.add_argument("--op-file", action="append", required=True, metavar="PATH",
                    help="op file (or directory of op files) defining the recorded workloads")
     t.add_argument("--target", default="llvm", choices=("llvm", "cuda"),
@@ -31,7 +31,6 @@ def add_parser(subparsers):
     t.add_argument("--rounds", type=int, help="boosting rounds (default: the ranker's "
                    "setting for many tasks' records)")
     t.add_argument("-o", "--output", required=True, metavar="PATH", help="model file (.json)")
-    t.set_defaults(func=run)
     return p
 
 
@@ -49,9 +48,9 @@ def _op_files(items: list[str]) -> list[str]:
     return files
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Train and save; prints what went in. Exit 0, or 2 (UserError) on bad input."""
-    from .training_data import train_model
+    from ..training_data import train_model
 
     if not args.output.endswith(".json"):
         raise UserError(f"-o: the model file must end in .json, got {args.output!r}")

@@ -6,13 +6,15 @@ writes the plan as JSON with -o. torch is imported only when the command runs.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 
-from .errors import UserError
+from ..errors import UserError
 
 
-def add_parser(subparsers):
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `plan` command to the main CLI's subparsers."""
     p = subparsers.add_parser("plan", help="choose per-layer keep/recompute/offload under a "
                               "memory budget")
     p.add_argument("model_file", help="Python file defining make_model() and make_inputs()")
@@ -34,12 +36,11 @@ def add_parser(subparsers):
     p.add_argument("--memeff-library", metavar="DIR",
                    help="exported library of autosched/runtime/memeff_workloads.py: the "
                         "memory-efficient GELU runs (and is measured with) its fused kernel")
-    p.set_defaults(func=run)
     return p
 
 
 def _check(args) -> None:
-    from .runtime.units import parse_budget
+    from ..runtime.units import parse_budget
 
     parse_budget(args.memory_budget, 1)        # fail on a malformed budget before profiling
     if args.time_limit <= 0:
@@ -61,13 +62,13 @@ def _check(args) -> None:
                         f"{os.path.dirname(os.path.abspath(args.output))} does not exist")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Profile, plan, print; returns the exit code (UserError propagates to the CLI)."""
     _check(args)
     import torch
 
-    from .runtime.api import plan
-    from .runtime.modelfile import load_model_file
+    from ..runtime.api import plan
+    from ..runtime.modelfile import load_model_file
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -85,8 +86,8 @@ def run(args) -> int:
 
 
 def _memeff_kernels(directory: str) -> dict:
-    from .runtime.memeff_library import GELU_WORKLOAD, memeff_library_kernels
-    from .torch.errors import LibraryError
+    from ..runtime.memeff_library import GELU_WORKLOAD, memeff_library_kernels
+    from ..torch.errors import LibraryError
 
     try:
         kernels = memeff_library_kernels(directory)

@@ -7,7 +7,7 @@ import sys
 import time
 
 from .tables import format_table, latency_label
-from .tuner import Callback
+from ..tuner import Callback
 
 
 class ProgressBar(Callback):
@@ -65,9 +65,3 @@ def summary_table(result) -> str:
                      f"{s.best_gflops:.1f}", str(s.trials), fails))
     return format_table(header, rows)
 
-
-def format_table(header, rows) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    lines = ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
-             for r in [header, ["-" * w for w in widths], *rows]]
-    return "\n".join(lines)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .errors import UserError
+from ..errors import UserError
 
 _DB_HELP = ("database URL: sqlite:///PATH (relative), sqlite:////PATH (absolute) or "
             "postgresql://USER@HOST:PORT/DB; default sqlite:///logs/autosched.db")
@@ -27,8 +27,7 @@ def _positive(text: str) -> int:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the `db` command and its subcommands to the main CLI's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    # SUPPRESS: never overwrite a --db the main parser may already have set.
-    common.add_argument("--db", metavar="URL", default=argparse.SUPPRESS, help=_DB_HELP)
+    common.add_argument("--db", metavar="URL", help=_DB_HELP)
     p = subparsers.add_parser("db", help="inspect and maintain the tuning-log database",
                               description="Inspect and maintain the tuning-log database.")
     sub = p.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
@@ -77,15 +76,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Execute a parsed `db` command; returns the exit code."""
-    from .db import open_database
+    from ..db import open_database
 
     command = args.db_command
     if command == "import":  # a bad file must fail before the database is touched
-        from .db.jsonl import read_records
+        from ..db.jsonl import read_records
 
         args.records = read_records(args.file)
     # Only import and upgrade may create a database; the others would find it empty.
-    db = open_database(getattr(args, "db", None), upgrade=command == "upgrade",
+    db = open_database(args.db, upgrade=command == "upgrade",
                        create=command in ("import", "upgrade"))
     try:
         return _COMMANDS[command](db, args)
@@ -94,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _stats(db, args) -> int:
-    from .db.report import stats_text
+    from .db_tables import stats_text
 
     stats = db.stats()
     print(json.dumps(stats, indent=1) if args.json else stats_text(stats))
@@ -124,8 +123,8 @@ def _usable_scope(target: str) -> dict:
     """What `tune`/`export` would accept here for --target (imports TVM)."""
     from search_space import SPACE_VERSION
 
-    from .target import resolve_target
-    from .versions import current_versions
+    from ..target import resolve_target
+    from ..versions import current_versions
 
     spec = resolve_target(target)
     versions = current_versions(SPACE_VERSION)
@@ -134,7 +133,7 @@ def _usable_scope(target: str) -> dict:
 
 
 def _best(db, args) -> int:
-    from .db.report import best_text
+    from .db_tables import best_text
 
     if not args.task_key and not args.workload:
         raise UserError("db best needs --task-key or --workload (`autosched db stats` "
@@ -177,7 +176,7 @@ def _import(db, args) -> int:
 def _export(db, args) -> int:
     import sys
 
-    from .db.jsonl import write_records
+    from ..db.jsonl import write_records
 
     keys = _task_keys(db, args.task_key, args.workload) if (args.task_key or
                                                              args.workload) else [None]

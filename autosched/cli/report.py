@@ -1,6 +1,7 @@
 """`autosched report`: what the database knows, per task, as a table and tuning curves."""
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import re
@@ -8,6 +9,36 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from .tables import format_table, gflops_label, latency_label, target_label
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `report` command to the main CLI's subparsers."""
+    p = subparsers.add_parser("report",
+                              help="per-task table and tuning curves from the database")
+    p.add_argument("--db", metavar="URL")
+    p.add_argument("-o", "--output", default="logs/report", metavar="DIR",
+                   help="where the tuning-curve PNGs go")
+    p.add_argument("--no-plots", action="store_true")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the per-task table and write one tuning-curve PNG per task."""
+    from ..db import DEFAULT_DB_URL, open_database
+
+    db = open_database(args.db or DEFAULT_DB_URL)
+    try:
+        summaries = summarize(db)
+    finally:
+        db.close()
+    if not summaries:
+        print("no records")
+        return 0
+    print(table(summaries))
+    if not args.no_plots:
+        for path in plot_curves(summaries, args.output):
+            print(f"wrote {path}")
+    return 0
 
 
 @dataclass
@@ -56,11 +87,12 @@ def summarize(db) -> list[TaskSummary]:
 
 
 def table(summaries: list[TaskSummary]) -> str:
+    """One row per summary: task, target, machine, best latency and GFLOP/s, trials, failures."""
     rows = []
     for s in summaries:
         fails = ", ".join(f"{k}={v}" for k, v in sorted(s.failures.items())) or "0"
-        rows.append((s.name, s.target, s.hardware, latency_label(s.best), gflops_label(s.flops, s.best),
-                     str(len(s.latencies)), fails))
+        rows.append((s.name, s.target, s.hardware, latency_label(s.best),
+                     gflops_label(s.flops, s.best), str(len(s.latencies)), fails))
     return format_table(("task", "target", "hardware", "best latency", "GFLOP/s", "trials",
                          "failures"), rows)
 

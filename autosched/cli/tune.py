@@ -1,0 +1,89 @@
+"""`autosched tune OP_FILE ...`: search for fast schedules, record them, print the table."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import UserError
+from .options import DB_URL_HELP, add_selection
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `tune` command to the main CLI's subparsers."""
+    p = subparsers.add_parser("tune", help="search for fast schedules and record them")
+    add_selection(p)
+    p.add_argument("--target", default="llvm", help="llvm | cuda | JSON target dict")
+    p.add_argument("--trials", type=int, default=64, help="new measurements for the whole run")
+    p.add_argument("--db", metavar="URL", help=DB_URL_HELP)
+    p.add_argument("--runner", default="local", help="local | rpc://HOST:PORT/KEY")
+    p.add_argument("--strategy", default="evolutionary",
+                   help="evolutionary (guided by the learned cost model) or random")
+    p.add_argument("--model", metavar="PATH", help="cost model to warm-start from")
+    p.add_argument("--no-transfer", action="store_true",
+                   help="without --model, do not warm-start the cost model from the "
+                        "database's records of other shapes of the same workloads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--work-dir", default="logs", help="logs and the default database")
+    p.add_argument("--dry-run", action="store_true",
+                   help="generate, limit-check and compile candidates only; nothing is run "
+                        "or recorded")
+    p.add_argument("--run-timeout", type=float, default=30.0, help="seconds per candidate run")
+    p.add_argument("--build-timeout", type=float, default=60.0, help="seconds per build")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Tune and print the per-task table; 1 when the run stopped before its budget."""
+    from ..config import TuneConfig
+    from ..measure.settings import MeasureSettings
+    from ..workload import load_tasks
+
+    if args.trials < 0:
+        raise UserError(f"--trials must be >= 0, got {args.trials}")
+    tasks = load_tasks(args.op_file, args.workload, args.arg)
+    settings = MeasureSettings(run_timeout=args.run_timeout, build_timeout=args.build_timeout)
+    config = TuneConfig(target=args.target, trials=args.trials, db_url=args.db,
+                        runner=args.runner, strategy=args.strategy, seed=args.seed,
+                        batch_size=args.batch_size, dry_run=args.dry_run,
+                        work_dir=args.work_dir, model_path=args.model,
+                        transfer=not args.no_transfer, measure=settings)
+    if config.dry_run:
+        return _dry_run(tasks, config)
+    from ..db import mask_password
+    from ..tuner import tune_tasks
+    from .progress import JsonLog, ProgressBar, summary_table
+
+    log = JsonLog(config.work_dir)
+    result = tune_tasks(tasks, config, [ProgressBar(), log])
+    print(summary_table(result))
+    if result.warm_start is not None:
+        print(result.warm_start.describe())
+    print(f"records: {mask_password(result.db_url)}   log: {log.path}")
+    if result.stopped:
+        print(f"autosched: stopped after {result.trials} of {config.trials} trials: "
+              f"{result.stopped}; the records so far are saved, rerun to continue",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _dry_run(tasks, config) -> int:
+    """Generate, limit-check and compile candidates of each task; nothing is recorded."""
+    from ..dry_run import dry_run_task
+    from ..target import resolve_target
+    from .tables import format_table
+
+    target = resolve_target(config.target)
+    rows = []
+    count = config.trials or 64
+    for task in tasks:
+        print(f"dry run: {task.name}: {count} candidates on {target.kind} "
+              f"({target.config.get('arch') or target.config.get('mcpu')})", file=sys.stderr)
+        r = dry_run_task(task, target, count, config.seed)
+        rows.append((task.name, r.generated, r.passed_check, r.compiled,
+                     f"{100 * r.compile_rate:.0f}%", f"{r.seconds:.1f}s"))
+        for msg in r.first_errors:
+            print(f"  {msg}", file=sys.stderr)
+    print(format_table(("task", "generated", "passed limits", "compiled", "rate", "time"), rows))
+    return 0
