@@ -7,19 +7,17 @@ settings for many tasks' data (`XGBRanker.for_transfer`), and keeps them: every 
 retrain learns from them and from this run's measurements together.
 
 Only other shapes of the same workloads are used. Across shapes the transfer pays, and
-more so the more shapes the database holds: on 15 held-out layer-sized matmuls, a model
-trained on the other 14 orders random candidates at 0.800 pairwise accuracy before any
-local measurement (with the earlier 200 deeper trees: 4 other shapes 0.726, 8 0.761,
-14 0.784), where a cold model trained on 16 local ones reaches 0.621; with those 16 local
-ones learned together with the others it is 0.797, where boosting local trees on top of
-the frozen transfer model lost accuracy (0.763). Across operators it does not pay: 0.490
-over the seven benchmark operators, no better than chance
-(bench/results/cost_model_heldout_*.json).
+more so the more shapes the database holds: trained on a dozen or more other matmul shapes,
+the model ranks a new shape's candidates before any local measurement far better than a
+cold model trained on a few of them, and as well once those are learned together with the
+other shapes' records (bench/results/cost_model_heldout_matmul_*.json). Across operators
+it ranks no better than chance (bench/results/cost_model_heldout_ops.json).
+bench/README.md gives the commands.
 
-Every record is replayed in its task's space to get its program (about 5 ms a record for
-a 512x512x256 matmul here), so at most `RecordBudget.max_records` are used, shared evenly by the
-similar shapes (more shapes beat more records of fewer shapes: 14 shapes x 48 records
-0.745, 4 x 144 0.726), at most `per_task` and at least `min_per_task` each, newest first.
+Every record is replayed in its task's space to get its program (milliseconds a record),
+so at most `RecordBudget.max_records` (TuneConfig.transfer_records) are used, shared
+evenly by the similar shapes (more shapes beat more records of fewer shapes, commit
+639137e), at most `per_task` and at least `min_per_task` each, newest first.
 """
 from __future__ import annotations
 
@@ -30,7 +28,6 @@ from search_space import Candidate, generate_space
 from .config import RecordBudget
 from .db import compatible_versions
 from .training_data import rebuild_task
-
 
 
 @dataclass

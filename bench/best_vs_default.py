@@ -12,6 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import provenance  # noqa: E402
 from ops import OPS, torch_fn  # noqa: E402
 from peers import random_args, time_tvm, torch_time  # noqa: E402
 
@@ -21,6 +22,7 @@ def main() -> int:
     p.add_argument("--op", default="matmul", choices=[o.name for o in OPS])
     p.add_argument("--db", default="sqlite:///logs/autosched.db")
     a = p.parse_args()
+    print(provenance.header(provenance.stamp(seed=0)), flush=True)  # random_args' seed
     import numpy as np
     import torch
     from search_space import SPACE_VERSION, Candidate, generate_space

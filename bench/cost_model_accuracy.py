@@ -56,8 +56,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(1, str(ROOT / "bench"))  # ops
+sys.path.insert(1, str(ROOT / "bench"))  # ops, provenance
 
+import provenance  # noqa: E402
 from autosched.measure import MeasureInput, MeasureResult, MeasureSettings  # noqa: E402
 from autosched.target import resolve_target  # noqa: E402
 from autosched.workload import load_op_file, make_task  # noqa: E402
@@ -277,6 +278,7 @@ def main() -> int:
                     help="measure the same candidates again into CACHE (JSON lines) and "
                     "report how well that second session orders the first: the ceiling")
     args = ap.parse_args()
+    stamp = provenance.stamp(seed=args.seed)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     target = resolve_target("llvm")
     if args.cache is None:
@@ -304,12 +306,11 @@ def main() -> int:
     print(f"feature extraction (CPU ms per candidate): ours {1e3 * feats.seconds[False]:.2f}, "
           f"ours+psf {1e3 * feats.seconds[True]:.2f}")
     failures = sum(1 for t in tasks for _, r in data[t.key] if not r.ok)
-    with open(args.out, "w") as f:
-        json.dump({"space": args.space, "shapes": None if args.db else args.shapes,
-                   "db": args.db, "tasks": [t.name for t in tasks],
-                   "per_task": args.per_task, "local": args.local, "failures": failures,
-                   "feature_ms": {k: 1e3 * v for k, v in feats.seconds.items()},
-                   "summary": summary, "rows": rows}, f, indent=1)
+    provenance.write_json(args.out, {
+        "space": args.space, "shapes": None if args.db else args.shapes, "db": args.db,
+        "tasks": [t.name for t in tasks], "per_task": args.per_task, "local": args.local,
+        "failures": failures, "feature_ms": {k: 1e3 * v for k, v in feats.seconds.items()},
+        "summary": summary, "rows": rows}, stamp)
     print(f"wrote {args.out}")
     return 0
 

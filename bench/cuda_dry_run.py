@@ -10,7 +10,6 @@ what `autosched tune --target cuda --dry-run` does for every candidate.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -18,7 +17,9 @@ import time
 from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
 
+import provenance  # noqa: E402
 from autosched.measure.nvcc import compile_candidate  # noqa: E402
 from autosched.target import resolve_target  # noqa: E402
 from autosched.workload import load_tasks  # noqa: E402
@@ -80,6 +81,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", nargs="*", default=OPS)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    stamp = provenance.stamp(seed=args.seed, argv=None if argv is None else [__file__, *argv])
+    print(provenance.header(stamp), flush=True)
     target = resolve_target("cuda")
     root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
     rows = []
@@ -94,9 +97,8 @@ def main(argv=None) -> int:
             for msg, k in row["failures"].items():
                 print(f"    {k} x {msg}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"target": target.config, "per_op": args.per_op, "seed": args.seed,
-                       "rows": rows}, f, indent=1)
+        provenance.write_json(args.json, {"target": target.config, "per_op": args.per_op,
+                                          "seed": args.seed, "rows": rows}, stamp)
     return 0 if all(r["rate"] >= 0.9 for r in rows) else 1
 
 

@@ -21,7 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "db"))
+sys.path.insert(0, str(ROOT / "bench"))
 
+import provenance  # noqa: E402
 from factory import make_rec  # noqa: E402
 
 from autosched.db import open_database  # noqa: E402
@@ -139,6 +141,8 @@ def main() -> int:
     p.add_argument("--commits", type=int, default=300)
     p.add_argument("--queries", type=int, default=300)
     args = p.parse_args()
+    # each table's records are drawn from random.Random(its size)
+    print(provenance.header(provenance.stamp(seed=list(args.sizes))), flush=True)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         server = None

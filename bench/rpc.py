@@ -23,7 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "rpc"))
+sys.path.insert(0, str(ROOT / "bench"))
 
+import provenance  # noqa: E402
 from rpcfarm import Farm  # noqa: E402
 
 from autosched.measure import MeasureInput, MeasureSettings  # noqa: E402
@@ -64,6 +66,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     args.arg = args.arg or ["M=128", "N=128", "K=128"]
+    print(provenance.header(provenance.stamp(seed=args.seed)), flush=True)
     from autosched.target import resolve_target
 
     target = resolve_target("llvm")

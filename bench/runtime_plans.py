@@ -29,7 +29,6 @@ the cost model's bytes and time. Gradients are compared with eager torch.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -41,8 +40,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import gpt  # noqa: E402
+import provenance  # noqa: E402
 
 from autosched.errors import UserError  # noqa: E402
 from autosched.runtime.api import plan as make_plan  # noqa: E402
@@ -154,6 +155,9 @@ def main(argv=None) -> int:
                     help="fused memory-efficient GELU kernels (built here when missing)")
     ap.add_argument("--memeff-trials", type=int, default=32)
     args = ap.parse_args(argv)
+    # the model and its inputs are made with gpt.make_model / make_inputs' seed 0
+    stamp = provenance.stamp(seed=0, argv=None if argv is None else [__file__, *argv])
+    print(provenance.header(stamp), flush=True)
     torch.set_num_threads(args.threads)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     kernels = {}
@@ -191,7 +195,7 @@ def main(argv=None) -> int:
             rows.append(row)
     report(rows)
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        provenance.write_json(args.json, {"rows": rows}, stamp)
     return 0
 
 

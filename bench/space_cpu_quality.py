@@ -17,9 +17,14 @@ import json
 import os
 import random
 import statistics
+import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import provenance  # noqa: E402
 
 OPS = {"matmul": "examples/matmul.py", "batch_matmul": "examples/batch_matmul.py",
        "conv2d": "examples/conv2d.py", "softmax": "examples/softmax.py",
@@ -125,12 +130,16 @@ def main():
     ap.add_argument("--cpu-time", action="store_true",
                     help="time by CPU time on one thread (for a shared, busy machine)")
     opts = ap.parse_args()
+    stamp = provenance.stamp(seed=opts.seed)
+    print(provenance.header(stamp), flush=True)
     if opts.cpu_time:
         global CPU_TIME
         CPU_TIME = True
         os.environ["TVM_NUM_THREADS"] = "1"  # read when TVM's thread pool starts
     target = resolve_target("llvm")
     log = open(opts.log, "a") if opts.log else None
+    if log is not None:  # one line per run: the log is appended to
+        log.write(json.dumps({"provenance": stamp}) + "\n")
     for op in opts.ops.split(","):
         known = {k for d in load_op_file(OPS[op]).values() for k in d.params}
         items = [a for a in opts.arg or () if a.split("=")[0] in known]

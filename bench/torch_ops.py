@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import statistics
 import sys
 import time
@@ -24,6 +23,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import provenance  # noqa: E402
 
 
 def median_seconds(fn, number: int, repeat: int) -> float:
@@ -54,7 +56,7 @@ def bench_kernel(lib, entry, number: int, repeat: int) -> dict:
     outputs = [torch.empty(s.shape, dtype=torch_dtype(s.dtype)) for s in entry.outputs]
     op = lib[entry.workload]
     kernels = bound_kernels(entry.workload)
-    raw = kernels.variants[kernels._key_of(entry)].function
+    raw = kernels.variants[kernels.match(inputs)].function
     ref = _reference(entry)
     row = {"symbol": entry.symbol, "workload": entry.workload, "args": entry.args,
            "tuned_latency_s": entry.latency_s,
@@ -73,6 +75,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--json", help="write the rows to this file")
     args = p.parse_args(argv)
+    # inputs come from torch.Generator().manual_seed(0) in bench_kernel
+    stamp = provenance.stamp(seed=0, argv=None if argv is None else [__file__, *argv])
+    print(provenance.header(stamp), flush=True)
     sys.path.insert(0, str(ROOT / "examples"))
     import autosched.torch
 
@@ -86,7 +91,7 @@ def main(argv=None) -> int:
         print(f"{r['symbol']:<28}{r['op_s'] * 1e6:10.1f}{r['kernel_s'] * 1e6:10.1f}"
               f"{(r['op_s'] - r['kernel_s']) * 1e6:10.1f}{torch_us}{ratio}")
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        provenance.write_json(args.json, {"rows": rows}, stamp)
     return 0
 
 

@@ -12,7 +12,8 @@ the same seed and budget: cold (the cost model starts untrained) and transferred
 (`--model` = the trained model). The reference is the best latency of the cold
 256-trial run; each curve's "trials to 90%" is the first trial whose best-so-far is
 within 90% of that reference's throughput (latency <= best / 0.9). Prints both counts
-and their ratio, writes JSON and a PNG of both curves.
+and their ratio, writes JSON and a PNG of both curves to `--out`/transfer_curve_[shapes_]TRIALS
+[_seedN].{json,png} (the seed only when it is not 1).
 
 `--db` is the database bench/vs_metaschedule.py keeps with `--db` (7 operators x 256
 records): run that first.
@@ -37,6 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import provenance  # noqa: E402
 from ops import OPS, best_so_far, database_groups, recorded  # noqa: E402
 
 # Other shapes of the benchmarked workloads (the held-out shape is the one in ops.OPS).
@@ -195,9 +197,12 @@ def main() -> int:
     a = p.parse_args()
     if a.summarize:
         for path in a.summarize:
-            for r in json.load(open(path)):
+            with open(path) as f:
+                rows = json.load(f)["rows"]
+            for r in rows:
                 print(f"{os.path.basename(path)}: {summary_line(r)}")
         return 0
+    stamp = provenance.stamp(seed=a.seed)
     names = a.held_out.split(",")
     unknown = set(names) - {o.name for o in OPS}
     if unknown:
@@ -213,11 +218,12 @@ def main() -> int:
         db_url = f"sqlite:///{os.path.abspath(a.db)}"
         rows = [run_op(op, a.trials, a.seed, db_url) for op in OPS if op.name in names]
     os.makedirs(a.out, exist_ok=True)
+    # the seed is in the name unless it is the default, so runs with other seeds sit beside
     stem = os.path.join(a.out, f"transfer_curve_{'shapes_' if a.similar_shapes else ''}"
-                               f"{a.trials}")
-    with open(stem + ".json", "w") as f:
-        json.dump(rows, f, indent=1, default=lambda x: None)
+                               f"{a.trials}" + (f"_seed{a.seed}" if a.seed != p.get_default("seed") else ""))
+    provenance.write_json(stem + ".json", {"rows": rows}, stamp, default=lambda x: None)
     plot(rows, stem + ".png")
+    provenance.write_sidecar(stem + ".png", stamp)
     for r in rows:
         print(summary_line(r))
     print(f"wrote {stem}.json and {stem}.png")

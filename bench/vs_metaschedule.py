@@ -17,7 +17,6 @@ on the total budget), re-timed like the final kernels. `--db` keeps autosched's 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -26,6 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import provenance  # noqa: E402
 from ops import OPS, best_so_far, recorded, torch_fn  # noqa: E402
 from peers import metaschedule, random_args, time_tvm, torch_time  # noqa: E402
 
@@ -140,6 +140,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="bench/results")
     a = p.parse_args()
+    stamp = provenance.stamp(seed=a.seed)
     from autosched.target import resolve_target
 
     target = resolve_target("llvm")
@@ -160,10 +161,11 @@ def main() -> int:
                 print(print_table(rows[k]), file=sys.stderr, flush=True)
     for k in checkpoints:
         stem = os.path.join(a.out, f"vs_metaschedule_{k}" + (f"_of_{a.trials}" if k != a.trials else ""))
-        with open(stem + ".json", "w") as f:
-            json.dump({"target": target.config, "hardware": target.fingerprint, "rows": rows[k]},
-                      f, indent=1, default=_json_default)
+        provenance.write_json(stem + ".json", {"target": target.config,
+                                               "hardware": target.fingerprint,
+                                               "rows": rows[k]}, stamp, default=_json_default)
         plot(rows[k], stem + ".png")
+        provenance.write_sidecar(stem + ".png", stamp)
         print(print_table(rows[k]))
         print(f"wrote {stem}.json and {stem}.png")
     return 0

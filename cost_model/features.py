@@ -4,8 +4,9 @@ Groups (see `feature_names()` for every column):
 - two store slots: the two stores with the most floating-point work, each described by
   its loop nest (extents of the innermost six loops and the outermost two: the tiling
   levels), parallel / vector / unroll / thread extents (and the odd factor of the vector
-  length: 48-wide vector loops ran a median 5.3x slower than the best matmul candidate
-  on our AVX-512 CPU, power-of-two ones 1.1-1.5x), arithmetic per iteration, access
+  length: on an AVX-512 CPU 48-wide vector loops run several times slower than
+  power-of-two widths, which log2 of the width cannot show; commit 3d3b6b4 has the
+  measurement), arithmetic per iteration, access
   strides, footprints and estimated traffic and arithmetic intensity per cache size,
   and its register tile (the loops inside the innermost reduction loop: accumulators,
   vector registers they need, reduction steps streamed over them, flops per byte read);

@@ -6,18 +6,18 @@ compared. The relevance label of a correct candidate is best_latency / latency o
 task (in (0, 1]); a failed candidate gets 0, below every success, so the model learns
 to avoid what does not build, run or verify.
 
-After every measured batch the model is retrained from all data seen so far (a few
-hundred rows train in well under a second; with a warm start's 2048 other-shape rows,
-0.6 s on this machine). A model loaded from disk (for example one
-trained on other tasks' records, see `transfer.py`) stays underneath: local trees are
-boosted on top of it, so its knowledge is corrected by, not replaced with, local data.
-They are boosted gently (`ON_BASE_ROUNDS` rounds at `ON_BASE_ETA`): on 5 held-out
-matmuls (bench/cost_model_accuracy.py when it had 5 large shapes) 80 rounds at the cold
-model's rate on 16 local samples dropped pairwise accuracy from 0.736 (transferred model
-alone) to 0.701; the gentle update keeps 0.730 there, and helps from 48 samples on (0.746
-vs 0.717). Where the other tasks' records themselves are at hand (the automatic warm
-start), learning them together with the local ones does better still (0.797 vs 0.763 on
-15 shapes).
+After every measured batch the model is retrained from all data seen so far. The
+retrain grows with the rows: a cold run's few hundred train in well under a second, and a
+warm start's up to 2048 other-shape rows make every retrain several times slower (still
+under a second on a 2-core CPU). A model loaded from disk (for example one trained on other
+tasks' records, see `transfer.py`) stays underneath: local trees are boosted on top of it,
+so its knowledge is corrected by, not replaced with, local data. They are boosted gently
+(`ON_BASE_ROUNDS` rounds at `ON_BASE_ETA`): with the loaded model's own rounds at the
+cold learning rate, a first batch of local measurements overwrote most of what the
+transfer taught (commit 50e2fb2 has the comparison). Where the other tasks' records
+themselves are at hand (the automatic warm start), learning them together with the local
+ones ranks better than boosting on top: compare "warm start+local" with "transfer+local"
+in bench/results/cost_model_heldout_matmul_*.json (bench/README.md gives the commands).
 
 Persisted as XGBoost's own JSON model plus a JSON sidecar (`<name>.meta.json`) with the
 feature configuration: never pickle.
@@ -40,13 +40,11 @@ _CACHE_LIMIT = 50_000
 ON_BASE_ROUNDS = 40     # local trees on top of a loaded model, and their learning rate
 ON_BASE_ETA = 0.03
 # A model trained on many tasks' records (`autosched model train`, the automatic warm
-# start) overfits them with the online model's deeper trees: on 15 held-out matmul shapes
-# (bench/cost_model_accuracy.py --shapes large, trained on the other 14) 200 rounds of
-# depth 5 order 0.784 of the pairs, 100 rounds of depth 4 with 64 pairs per sample
-# 0.800; on 5 held-out small shapes (48 candidates each, trained on the other 19) 0.809
-# both, with a better worst shape (0.790 vs 0.764). With one task's few rows the online
-# settings stay (cold on 16 / 48 local samples: 0.621 / 0.666 with them, 0.611 / 0.681
-# with these).
+# start) overfits them with the online model's deeper trees; fewer, shallower trees with
+# more pairs per sample rank held-out shapes better. They were picked on the large
+# held-out matmul shapes and checked on the small ones (commit 639137e); their scores are
+# the "transfer" rows of bench/results/cost_model_heldout_matmul_*.json. A cold model
+# with one task's few rows keeps the online settings: these did not help it consistently.
 TRANSFER_ROUNDS = 100
 TRANSFER_PARAMS = {"max_depth": 4, "lambdarank_num_pair_per_sample": 64}
 DEFAULT_PARAMS = {
