@@ -6,7 +6,7 @@ PostgreSQL, at 10,000 and 100,000 records.
 The peer, measured side by side on the same table, is the bare driver (sqlite3 /
 psycopg) running the same INSERT or SELECT with nothing around it: the ratio is what
 autosched's layer costs (validation, JSON, retries, building Record objects). PostgreSQL
-runs on a throwaway local server (tests/db/pgserver.py) with fsync on, SQLite in WAL
+runs on a throwaway local server (tests/support/pgserver.py) with fsync on, SQLite in WAL
 mode with synchronous=FULL: every commit is durable in both.
 """
 from __future__ import annotations
@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "db"))
+sys.path.insert(0, str(ROOT / "tests"))  # support.records, support.pgserver
 sys.path.insert(0, str(ROOT / "bench"))
 
 import provenance  # noqa: E402
-from factory import make_rec  # noqa: E402
+from support.records import make_rec  # noqa: E402
 
 from autosched.db import open_database  # noqa: E402
 from autosched.db import rows  # noqa: E402
@@ -97,7 +97,7 @@ def _ms(fn, *args) -> float:
 def queries(db, url: str, count: int, rng: random.Random) -> dict:
     """Median milliseconds per query; autosched's best() and the bare driver's SELECT
     alternate query by query so that both see the same machine load."""
-    from factory import hardware_key, target_key, task_key, versions
+    from support.records import hardware_key, target_key, task_key, versions
 
     conn, ph = _raw(url)
     sql = (f"SELECT {rows.RECORD_COLUMNS} FROM {rows.RECORD_FROM} WHERE r.task_key = ? "
@@ -147,7 +147,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         server = None
         if "postgres" in args.backends:
-            from pgserver import PgServer
+            from support.pgserver import PgServer
 
             server = PgServer(fsync=True).start()
         try:

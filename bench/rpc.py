@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "rpc"))
+sys.path.insert(0, str(ROOT / "tests"))  # support.rpcfarm
 sys.path.insert(0, str(ROOT / "bench"))
 
 import provenance  # noqa: E402
-from rpcfarm import Farm  # noqa: E402
+from support.rpcfarm import Farm  # noqa: E402
 
 from autosched.measure import MeasureInput, MeasureSettings  # noqa: E402
 from autosched.measure.builder import LocalBuilder  # noqa: E402

@@ -55,6 +55,31 @@ class JsonLog(Callback):
         self.file.close()
 
 
+class DryRunLog(Callback):
+    """What a dry run says on stderr: each task as it starts, its first errors after."""
+
+    def __init__(self, count: int, stream=None):
+        self.count = count
+        self.stream = stream or sys.stderr
+
+    def on_dry_run_start(self, task, target):
+        detail = target.config.get("arch") or target.config.get("mcpu")
+        print(f"dry run: {task.name}: {self.count} candidates on {target.kind} ({detail})",
+              file=self.stream)
+
+    def on_dry_run(self, report):
+        for msg in report.first_errors:
+            print(f"  {msg}", file=self.stream)
+
+
+def dry_run_table(reports) -> str:
+    """One row a task: how many candidates were generated, fit the limits, compiled."""
+    rows = [(r.task.name, r.generated, r.passed_check, r.compiled,
+             f"{100 * r.compile_rate:.0f}%", f"{r.seconds:.1f}s") for r in reports]
+    return format_table(("task", "generated", "passed limits", "compiled", "rate", "time"),
+                        rows)
+
+
 def summary_table(result) -> str:
     """The final per-task table: task, FLOPs, best latency, GFLOP/s, trials, failures."""
     header = ("task", "GFLOP", "best latency", "GFLOP/s", "trials", "failures")

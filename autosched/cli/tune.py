@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from ..errors import UserError
+from ..measure.settings import MeasureSettings
 from .options import DB_URL_HELP, add_selection
 
 
@@ -30,19 +31,24 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "or recorded")
     p.add_argument("--run-timeout", type=float, default=30.0, help="seconds per candidate run")
     p.add_argument("--build-timeout", type=float, default=60.0, help="seconds per build")
+    p.add_argument("--min-repeat-ms", type=int, default=MeasureSettings.min_repeat_ms,
+                   help="time each repeat of a kernel for at least this long (calls are "
+                        "added until it does)")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     """Tune and print the per-task table; 1 when the run stopped before its budget."""
     from ..config import TuneConfig
-    from ..measure.settings import MeasureSettings
     from ..workload import load_tasks
 
     if args.trials < 0:
         raise UserError(f"--trials must be >= 0, got {args.trials}")
+    if args.min_repeat_ms < 0:
+        raise UserError(f"--min-repeat-ms must be >= 0, got {args.min_repeat_ms}")
     tasks = load_tasks(args.op_file, args.workload, args.arg)
-    settings = MeasureSettings(run_timeout=args.run_timeout, build_timeout=args.build_timeout)
+    settings = MeasureSettings(run_timeout=args.run_timeout, build_timeout=args.build_timeout,
+                               min_repeat_ms=args.min_repeat_ms)
     config = TuneConfig(target=args.target, trials=args.trials, db_url=args.db,
                         runner=args.runner, strategy=args.strategy, seed=args.seed,
                         batch_size=args.batch_size, dry_run=args.dry_run,
@@ -70,20 +76,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _dry_run(tasks, config) -> int:
     """Generate, limit-check and compile candidates of each task; nothing is recorded."""
-    from ..dry_run import dry_run_task
-    from ..target import resolve_target
-    from .tables import format_table
+    from ..tuner import tune_tasks
+    from .progress import DryRunLog, dry_run_table
 
-    target = resolve_target(config.target)
-    rows = []
-    count = config.trials or 64
-    for task in tasks:
-        print(f"dry run: {task.name}: {count} candidates on {target.kind} "
-              f"({target.config.get('arch') or target.config.get('mcpu')})", file=sys.stderr)
-        r = dry_run_task(task, target, count, config.seed)
-        rows.append((task.name, r.generated, r.passed_check, r.compiled,
-                     f"{100 * r.compile_rate:.0f}%", f"{r.seconds:.1f}s"))
-        for msg in r.first_errors:
-            print(f"  {msg}", file=sys.stderr)
-    print(format_table(("task", "generated", "passed limits", "compiled", "rate", "time"), rows))
+    result = tune_tasks(tasks, config, [DryRunLog(config.trials or 64)])
+    print(dry_run_table(result.dry_run))
     return 0

@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # factory, pgserver, writer
-
-from pgserver import PgServer, PgUnavailable  # noqa: E402
+from support.pgserver import PgServer, PgUnavailable
 
 from autosched.db import open_database  # noqa: E402
 

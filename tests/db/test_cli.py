@@ -5,7 +5,7 @@ import argparse
 import json
 
 import pytest
-from factory import hardware_key, make_rec, target_key, task_json, task_key, versions
+from support.records import hardware_key, make_rec, target_key, task_json, task_key, versions
 
 from autosched.cli import db as cli_db
 from autosched.db import open_database
@@ -219,6 +219,6 @@ def db_url_of(db) -> str:
     test server the superuser password is known)."""
     if db.url.startswith("sqlite"):
         return db.url
-    from pgserver import SUPERUSER_PASSWORD
+    from support.pgserver import SUPERUSER_PASSWORD
 
     return db.url.replace(":***@", f":{SUPERUSER_PASSWORD}@", 1)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from factory import make_rec
+from support.records import make_rec
 
 
 def test_corrupt_import_exit_2_one_line(cli, tmp_path):
@@ -44,7 +44,7 @@ def test_wrong_password_exit_2_masked(cli, pg_server):
 
 @pytest.mark.postgres
 def test_stats_output_masks_password(cli, pg_server):
-    from pgserver import SUPERUSER_PASSWORD
+    from support.pgserver import SUPERUSER_PASSWORD
 
     url = pg_server.url(dbname=pg_server.create_database())
     assert cli("db", "upgrade", "--db", url).returncode == 0

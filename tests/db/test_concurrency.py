@@ -7,16 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from factory import make_rec
+from support.records import make_rec
 
 from autosched.db import open_database
 
-WRITER = str(Path(__file__).with_name("writer.py"))
+TESTS = str(Path(__file__).resolve().parents[1])
 
 
 def _spawn(url: str, worker: str, n: int, batch: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, WRITER, url, worker, str(n), str(batch)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
+    return subprocess.Popen([sys.executable, "-m", "support.db_writer", url, worker, str(n),
+                             str(batch)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
 
 
 def test_four_processes_thousand_commits_each(db_url):

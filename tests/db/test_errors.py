@@ -6,7 +6,7 @@ import os
 import sqlite3
 
 import pytest
-from factory import make_rec
+from support.records import make_rec
 
 from autosched.db import mask_password, open_database
 from autosched.errors import UserError
@@ -39,7 +39,7 @@ def test_malformed_urls(url, match, tmp_path, monkeypatch):
 
 
 def test_unreachable_server_masks_password():
-    from pgserver import free_port
+    from support.pgserver import free_port
 
     url = f"postgresql://alice:hunter2@127.0.0.1:{free_port()}/team"
     with pytest.raises(UserError, match="cannot connect to postgresql://alice:\\*\\*\\*@") as e:
@@ -132,7 +132,7 @@ def test_sqlite_lock_held_too_long_is_a_clear_error(tmp_path):
 
 
 def _scope():
-    from factory import hardware_key, target_key, task_key, versions
+    from support.records import hardware_key, target_key, task_key, versions
 
     return task_key("mm"), target_key("llvm-a"), hardware_key("hw1"), versions()
 

@@ -5,7 +5,7 @@ import itertools
 import random
 
 import pytest
-from factory import hardware_key, make_rec, target_key, task_key, versions
+from support.records import hardware_key, make_rec, target_key, task_key, versions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -1,7 +1,7 @@
 """The throwaway PostgreSQL server used by tests and benchmarks."""
 from __future__ import annotations
 
-import pgserver
+from support import pgserver
 import pytest
 
 

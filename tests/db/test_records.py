@@ -5,7 +5,7 @@ import dataclasses
 import math
 
 import pytest
-from factory import hardware_key, make_rec, target_key, task_json, task_key, versions
+from support.records import hardware_key, make_rec, target_key, task_json, task_key, versions
 
 from autosched.measure.result import MeasureResult
 

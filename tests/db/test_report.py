@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from factory import make_rec, task_json
+from support.records import make_rec, task_json
 
 from autosched.cli import main
 from autosched.cli.report import summarize

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from factory import hardware_key, make_rec, target_key, task_json, task_key, versions
+from support.records import hardware_key, make_rec, target_key, task_json, task_key, versions
 
 from autosched.cli import db as cli_db
 from autosched.db import open_database

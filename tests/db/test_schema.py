@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from factory import hardware_key, make_rec, target_key, task_key, versions
+from support.records import hardware_key, make_rec, target_key, task_key, versions
 
 from autosched.db import open_database
 from autosched.db import schema

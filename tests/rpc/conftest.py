@@ -5,16 +5,13 @@ measurement limits."""
 from __future__ import annotations
 
 import itertools
-import sys
 from pathlib import Path
 
 import pytest
+from support.rpcfarm import Farm
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))  # rpcfarm
-
-from rpcfarm import Farm  # noqa: E402
 
 _keys = itertools.count()
 

@@ -70,7 +70,7 @@ def test_tracker_address():
 
 
 def test_unreachable_tracker_is_a_user_error_before_anything_starts(tmp_path):
-    from rpcfarm import free_port
+    from support.rpcfarm import free_port
 
     from autosched.measure import MeasureSettings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from rpcfarm import free_port
+from support.rpcfarm import free_port
 
 from autosched.cli import main
 

@@ -9,6 +9,7 @@ import time
 
 from autosched.config import TuneConfig
 from autosched.db import open_database
+from autosched.measure import MeasureSettings
 from autosched.measure.factory import make_measurer
 from autosched.tuner import tune_tasks
 
@@ -81,12 +82,13 @@ def test_killing_one_server_mid_run_loses_nothing(farm, key, settings, matmul_ta
     assert farm.registered(key) == [survivor.address]
 
 
-def _tune_cli(farm, key, tmp_path, trials, min_repeat_ms=""):
+def _tune_cli(farm, key, tmp_path, trials, min_repeat_ms=MeasureSettings.min_repeat_ms):
+    """`autosched tune` in its own process, as a user runs it."""
     import subprocess
     import sys
 
-    env = dict(os.environ, PYTHONPATH=ROOT, AUTOSCHED_TEST_MIN_REPEAT_MS=str(min_repeat_ms))
-    args = [sys.executable, os.path.join(ROOT, "tests", "rpc", "tune_cli.py"), "tune",
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    args = [sys.executable, "-m", "autosched", "tune", "--min-repeat-ms", str(min_repeat_ms),
             os.path.join(ROOT, "examples", "matmul.py"), "--arg", "M=64", "--arg", "N=64",
             "--arg", "K=64", "--target", "llvm", "--trials", str(trials), "--batch-size", "16",
             "--db", f"sqlite:///{tmp_path}/t.db", "--work-dir", str(tmp_path / "work"),

@@ -9,12 +9,12 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 EXAMPLE = HERE.parents[1] / "examples" / "train_mlp.py"
-sys.path.insert(0, str(HERE))  # torch_libbuild
+
 
 @pytest.fixture(scope="session")
 def nn_library(tmp_path_factory) -> Path:
     """Path of the compiled library of examples/nn_ops.py at the shapes above."""
-    from torch_libbuild import TEST_SELECTION, build_library
+    from support.torch_library import TEST_SELECTION, build_library
 
     return build_library(tmp_path_factory.mktemp("nn") / "lib", TEST_SELECTION)
 

@@ -14,7 +14,7 @@ from autosched.versions import current_versions
 
 
 def test_manifest_from_export_loads(nn_library, tmp_path):
-    from torch_libbuild import TEST_SELECTION, make_tasks
+    from support.torch_library import TEST_SELECTION, make_tasks
 
     lib_dir = tmp_path / "lib"
     shutil.copytree(nn_library, lib_dir)

@@ -2,7 +2,7 @@
 torch's loss curve."""
 from __future__ import annotations
 
-from torch_libbuild import MLP_SHAPES as MLP
+from support.torch_library import MLP_SHAPES as MLP
 
 
 def test_loss_curve_matches_eager_torch(nn_ops, train_mlp):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import autosched.torch as at
-from torch_libbuild import MLP_SHAPES
+from support.torch_library import MLP_SHAPES
 
 
 def test_example_tunes_exports_and_trains(train_mlp, tmp_path, capsys):

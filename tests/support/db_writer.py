@@ -1,6 +1,6 @@
 """A separate writer process for concurrency and crash tests.
 
-    python writer.py URL WORKER N BATCH
+    python -m support.db_writer URL WORKER N BATCH   (tests/ on PYTHONPATH)
 
 commits N records for worker WORKER, BATCH records per transaction, and prints
 "committed <total>" after every commit (flushed), then "done <total>". Workers named
@@ -10,7 +10,7 @@ own. Retries are logged on stderr.
 import logging
 import sys
 
-from factory import make_rec
+from support.records import make_rec
 
 from autosched.db import open_database
 
