@@ -66,7 +66,7 @@ def run(args) -> int:
     _check(args)
     import torch
 
-    from .runtime.api import plan
+    from .runtime.make_plan import plan
     from .runtime.modelfile import load_model_file
 
     if args.threads:
@@ -85,7 +85,7 @@ def run(args) -> int:
 
 
 def _memeff_kernels(directory: str) -> dict:
-    from .runtime.memeff_library import GELU_WORKLOAD, memeff_library_kernels
+    from .runtime.memeff.library import GELU_WORKLOAD, memeff_library_kernels
     from .torch.errors import LibraryError
 
     try:

@@ -63,7 +63,7 @@ def _time_cpu_copy(clock: str, rounds: int = 7) -> tuple[float, float]:
     as it does inside a training step (page faults included: measured in-step, reusing
     freed memory was the exception)."""
     from .offload import HostPool, LayerOffload
-    from .step import clock_fn
+    from .training_step import clock_fn
 
     now = clock_fn(clock)
     srcs = [torch.ones(n << 18, dtype=torch.float32) for n in (1, 2, 4, 1, 3, 2, 4, 1)]
@@ -72,11 +72,11 @@ def _time_cpu_copy(clock: str, rounds: int = 7) -> tuple[float, float]:
     for _ in range(rounds):
         off = LayerOffload(set(), pool=pool)
         t0 = now()
-        handles = [off._pack(s) for s in srcs]
+        handles = [off.pack(s) for s in srcs]
         off.end_forward(release=True)
         t1 = now()
         off.prefetch()
-        unpacked = [off._unpack(h) for h in handles]
+        unpacked = [off.unpack(h) for h in handles]
         t2 = now()
         d2h.append(total / (t1 - t0))
         h2d.append(total / (t2 - t1))

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autosched.runtime import actions as actions_mod
+from autosched.runtime import planned_layer as planned_layer_mod
+from autosched.runtime.apply_plan import apply_actions
 from autosched.runtime.offload import LayerOffload
-from autosched.runtime.planned import apply_actions
 
 
 def test_host_copy_is_a_separate_tensor_and_views_share_it():
@@ -71,12 +71,12 @@ def test_prefetch_runs_one_layer_ahead_of_backward(gpt, monkeypatch):
             events.append(("prefetch", self.label))
             super().prefetch()
 
-        def _unpack(self, packed):
+        def unpack(self, packed):
             if not events or events[-1] != ("unpack", self.label):
                 events.append(("unpack", self.label))
-            return super()._unpack(packed)
+            return super().unpack(packed)
 
-    monkeypatch.setattr(actions_mod, "LayerOffload", Recording)
+    monkeypatch.setattr(planned_layer_mod, "LayerOffload", Recording)
     model = gpt.make_model(n_layer=3, d_model=32, n_head=2, seq_len=8, vocab=16)
     inputs = gpt.make_inputs(batch=2, seq_len=8, vocab=16)
     apply_actions(model, ["offload"] * 3, "blocks")(*inputs).backward()

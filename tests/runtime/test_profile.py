@@ -12,8 +12,8 @@ from torch import nn
 
 from autosched.errors import UserError
 from autosched.runtime.layers import find_layers
-from autosched.runtime.profile import profile_model, signature
-from autosched.runtime.step import measure_step
+from autosched.runtime.model_profile import profile_model, signature
+from autosched.runtime.training_step import measure_step
 
 
 def test_layers_are_the_children_of_the_largest_block_container(gpt, mlp):
@@ -60,7 +60,7 @@ def test_rest_and_layers_add_up_to_the_measured_step(tiny_gpt, bw_path):
     assert set(prof.layers[0].options) == {"keep", "recompute"}
     assert prof.layers[0].attention_cores == ["attn.core"]
     assert prof.layers[0].memeff_modules == ["ln1", "ln2", "act"]
-    from autosched.runtime.profile import applicable_actions
+    from autosched.runtime.model_profile import applicable_actions
     from autosched.runtime.trace import trace_ops
 
     call = _call(model, inputs)
@@ -97,7 +97,7 @@ def autosched_op():
 def test_custom_ops_are_found_by_namespace_and_named_in_the_plan(autosched_op, monkeypatch,
                                                                   tmp_path, mlp, bw_path, grads):
     import autosched.runtime as rt
-    from autosched.runtime.kernel_hook import record_ids, swap_modules_for_library
+    from autosched.runtime.library_modules import record_ids, swap_modules_for_library
 
     manifest = {"kernels": [{"symbol": autosched_op, "workload": "matmul", "record_id": "rec-7",
                              "args": {"M": 16, "N": 32, "K": 32}}]}
