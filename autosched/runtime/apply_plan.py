@@ -12,7 +12,7 @@ from .actions import ACTIONS
 from .layers import find_layers, layers_fingerprint
 from .memeff import TORCH_GELU, TORCH_LAYER_NORM
 from .module_tree import clone_structure, replace_submodule
-from .offload import OffloadSchedule
+from .offload import LayerOffload, OffloadSchedule
 from .planned_layer import PlannedLayer
 
 
@@ -41,11 +41,12 @@ def apply(model, plan, kernels: dict | None = None):
 
 
 def apply_actions(model, actions: list[str], layers: str | None = None, attention_cores=None,
-                  kernels: dict | None = None):
+                  kernels: dict | None = None, offload_factory=LayerOffload):
     """Like apply, from a bare list of action names (the baselines use it).
 
     attention_cores: per layer, the submodule names `recompute_attention` checkpoints
-    (ModelProfile's layers list them); needed when an action uses them.
+    (ModelProfile's layers list them); needed when an action uses them. offload_factory
+    makes each offloaded forward's hooks (see planned_layer.PlannedLayer).
     """
     found = find_layers(model, layers)
     if len(actions) != len(found):
@@ -58,5 +59,6 @@ def apply_actions(model, actions: list[str], layers: str | None = None, attentio
     cores = attention_cores or [[] for _ in found]
     for layer, action, core in zip(find_layers(planned, layers), actions, cores):
         replace_submodule(planned, layer.name, PlannedLayer(
-            layer.module, ACTIONS[action], layer.index, schedule, core, kernels))
+            layer.module, ACTIONS[action], layer.index, schedule, core, kernels,
+            offload_factory))
     return planned

@@ -15,6 +15,7 @@ import platform
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -114,8 +115,13 @@ def measure(device: torch.device, clock: str = "wall") -> Bandwidth:
 
 
 def host_device_bandwidth(device: torch.device, path: str | os.PathLike | None = None,
-                          refresh: bool = False, clock: str = "wall") -> Bandwidth:
-    """The stored bandwidth for this device, measuring and storing it the first time."""
+                          refresh: bool = False, clock: str = "wall",
+                          measure: Callable[[torch.device, str], Bandwidth] = measure
+                          ) -> Bandwidth:
+    """The stored bandwidth for this device, measuring and storing it the first time.
+
+    measure(device, clock) is how a missing or refreshed entry is measured.
+    """
     path = Path(path) if path is not None else default_path()
     ident = device_identity(device, clock)
     table = _read(path)

@@ -44,10 +44,15 @@ def build_body(module: nn.Module, action: Action, attention_cores=(), kernels=No
 
 
 class PlannedLayer(nn.Module):
-    """A layer running under one action. The wrapped module is shared, not copied."""
+    """A layer running under one action. The wrapped module is shared, not copied.
+
+    offload_factory makes the saved-tensor hooks of each offloaded forward (LayerOffload's
+    signature); a caller may pass a subclass that observes them.
+    """
 
     def __init__(self, module: nn.Module, action: Action, index: int,
-                 schedule: OffloadSchedule | None = None, attention_cores=(), kernels=None):
+                 schedule: OffloadSchedule | None = None, attention_cores=(), kernels=None,
+                 offload_factory=LayerOffload):
         super().__init__()
         self.action_name = action.name
         self.index = index
@@ -55,6 +60,7 @@ class PlannedLayer(nn.Module):
         self._action = action
         self._schedule = schedule
         self._pool = schedule.pool if schedule is not None else HostPool()
+        self._offload_factory = offload_factory
 
     def forward(self, *args, **kwargs):
         a = self._action
@@ -75,7 +81,7 @@ class PlannedLayer(nn.Module):
         excluded = {storage_key(t) for t in state}
         device = next((t.device for t in tensors_in(list(args))), torch.device("cpu"))
         streams = self._schedule.streams(device) if self._schedule is not None else None
-        off = LayerOffload(excluded, streams, self._pool)
+        off = self._offload_factory(excluded, streams, self._pool)
         with off.hooks():
             out = self.body(*args, **kwargs)
         off.end_forward(release=self._schedule is None)

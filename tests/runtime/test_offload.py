@@ -4,7 +4,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autosched.runtime import planned_layer as planned_layer_mod
 from autosched.runtime.apply_plan import apply_actions
 from autosched.runtime.offload import LayerOffload
 
@@ -58,7 +57,7 @@ def test_offloaded_gpt_has_exact_gradients(tiny_gpt, grads):
             torch.testing.assert_close(got[n], ref[n], **tol, msg=f"{acts} {n}")
 
 
-def test_prefetch_runs_one_layer_ahead_of_backward(gpt, monkeypatch):
+def test_prefetch_runs_one_layer_ahead_of_backward(gpt):
     events, made = [], []
 
     class Recording(LayerOffload):
@@ -76,10 +75,11 @@ def test_prefetch_runs_one_layer_ahead_of_backward(gpt, monkeypatch):
                 events.append(("unpack", self.label))
             return super().unpack(packed)
 
-    monkeypatch.setattr(planned_layer_mod, "LayerOffload", Recording)
     model = gpt.make_model(n_layer=3, d_model=32, n_head=2, seq_len=8, vocab=16)
     inputs = gpt.make_inputs(batch=2, seq_len=8, vocab=16)
-    apply_actions(model, ["offload"] * 3, "blocks")(*inputs).backward()
+    planned = apply_actions(model, ["offload"] * 3, "blocks", offload_factory=Recording)
+    planned(*inputs).backward()
+    assert len(made) == 3
     assert events == [("prefetch", 2), ("prefetch", 1), ("unpack", 2),
                       ("prefetch", 0), ("unpack", 1), ("unpack", 0)]
 
