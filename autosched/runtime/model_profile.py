@@ -200,8 +200,14 @@ def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_
              repeats, bandwidth, bandwidth_path, clock, kernels) -> ModelProfile:
     exclude = model_state(model)
     meter = SavedTensorMeter(exclude)
-    capture = CallCapture(found, on_enter=lambda n: setattr(meter, "context", n),
-                          on_exit=lambda n: setattr(meter, "context", OUTSIDE))
+
+    def entering(layer_name):             # what the layer saves is labelled with its name
+        meter.context = layer_name
+
+    def leaving(layer_name):
+        meter.context = OUTSIDE
+
+    capture = CallCapture(found, on_enter=entering, on_exit=leaving)
     with capture, meter:
         loss = compute_loss(model, inputs, loss_fn)
     loss.backward()
