@@ -18,7 +18,7 @@ memory without checkpointing, every strategy is applied and measured in the same
                     far the machine drifted from the profile (other processes' load)
 
 With `--memeff-library DIR` the memory-efficient GELU runs the fused autosched kernel
-(autosched/runtime/memeff_workloads.py) in the plans; when DIR has no library yet, the
+(autosched/runtime/memeff/workloads.py) in the plans; when DIR has no library yet, the
 GELU shape of this model is tuned (`--memeff-trials`) and exported there first. TVM's
 thread pool gets the same thread count as torch.
 
@@ -46,12 +46,12 @@ import gpt  # noqa: E402
 import provenance  # noqa: E402
 
 from autosched.errors import UserError  # noqa: E402
-from autosched.runtime.api import plan as make_plan  # noqa: E402
+from autosched.runtime.apply_plan import apply, apply_actions  # noqa: E402
 from autosched.runtime.baselines import all_baselines  # noqa: E402
-from autosched.runtime.costmodel import predict  # noqa: E402
-from autosched.runtime.planned import apply, apply_actions  # noqa: E402
-from autosched.runtime.profile import profile_model, restrict  # noqa: E402
-from autosched.runtime.step import measure_step, training_step, zero_grads  # noqa: E402
+from autosched.runtime.make_plan import plan as make_plan  # noqa: E402
+from autosched.runtime.model_profile import profile_model, restrict  # noqa: E402
+from autosched.runtime.prediction import predict  # noqa: E402
+from autosched.runtime.training_step import measure_step, training_step, zero_grads  # noqa: E402
 from autosched.runtime.units import format_bytes  # noqa: E402
 
 BUDGETS = ("100%", "60%", "40%", "25%")
@@ -88,8 +88,8 @@ def exact(ref, got) -> bool:
 def ensure_memeff_library(directory: str, rows: int, width: int, trials: int) -> dict:
     """The fused GELU kernels of `directory`, tuned and exported there when missing."""
     from autosched.cli import main as autosched_main
-    from autosched.runtime.memeff_library import OP_FILE as op_file
-    from autosched.runtime.memeff_library import memeff_library_kernels
+    from autosched.runtime.memeff.library import OP_FILE as op_file
+    from autosched.runtime.memeff.library import memeff_library_kernels
 
     if not (Path(directory) / "manifest.json").exists():
         shape = ["--arg", f"M={rows}", "--arg", f"N={width}"]

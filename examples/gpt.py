@@ -121,6 +121,6 @@ def use_autosched_kernels(model: nn.Module, library_dir) -> dict:
     a kernel of the matching kind and shape; the rest stay torch. Returns {module name:
     kernel name} for what was swapped.
     """
-    from autosched.runtime.kernel_hook import swap_modules_for_library
+    from autosched.runtime.library_modules import swap_modules_for_library
 
     return swap_modules_for_library(model, library_dir)

@@ -43,7 +43,7 @@ def make_model(n_layer=CONFIG["n_layer"], width=CONFIG["width"], hidden=CONFIG["
     torch.manual_seed(seed)
     model = MLP(n_layer, width, hidden, classes)
     if kernel_library is not None:
-        from autosched.runtime.kernel_hook import swap_modules_for_library
+        from autosched.runtime.library_modules import swap_modules_for_library
 
         swap_modules_for_library(model, kernel_library)
     return model

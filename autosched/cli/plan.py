@@ -34,7 +34,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="time measurements in wall time or process CPU time")
     p.add_argument("--memeff-library", metavar="DIR",
-                   help="exported library of autosched/runtime/memeff_workloads.py: the "
+                   help="exported library of autosched/runtime/memeff/workloads.py: the "
                         "memory-efficient GELU runs (and is measured with) its fused kernel")
     return p
 
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     import torch
 
-    from ..runtime.api import plan
+    from ..runtime.make_plan import plan
     from ..runtime.modelfile import load_model_file
 
     if args.threads:
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _memeff_kernels(directory: str) -> dict:
-    from ..runtime.memeff_library import GELU_WORKLOAD, memeff_library_kernels
+    from ..runtime.memeff.library import GELU_WORKLOAD, memeff_library_kernels
     from ..torch.errors import LibraryError
 
     try:

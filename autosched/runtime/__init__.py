@@ -9,6 +9,27 @@ keep its activations, recompute them (whole layer, attention core only, or per o
 a checkpoint policy), store them in memory-efficient form (GELU / LayerNorm), or offload
 them to host memory; a MILP picks the fastest predicted mix whose saved-activation memory
 fits the budget. torch is imported only when these names are used.
+
+Where things are:
+
+    make_plan.py        plan(): profile, solve, write the plan down (the entry point)
+    apply_plan.py       apply(): a model running under a plan, parameters shared
+    document.py         Plan: the versioned JSON document and its table
+    model_profile.py    profile_model(): per layer and action, measured time and bytes
+    solver.py           the MILP that picks one action per layer
+    prediction.py       the analytic step-time and memory predictor the solver optimises
+    baselines.py        hand-written strategies (uniform, Megatron) to compare with
+    actions.py          the table of actions;  planned_layer.py  runs a layer under one
+    checkpointing.py    recomputation (whole, selective per op);  offload.py  host offload
+    memeff/             memory-efficient GELU / LayerNorm and their fused kernels
+    meter.py            exact accounting of the bytes saved for backward
+    training_step.py    one forward + backward, and its measurement
+    layers.py  trace.py  module_tree.py  bandwidth.py  units.py    what the above rely on
+    modelfile.py        model files for `autosched plan`
+    library_modules.py  swap nn.Linear / nn.LayerNorm for an exported library's kernels
+
+No submodule is named like a public name (plan, apply): importing one would shadow the
+lazily resolved function on this package.
 """
 from ..errors import UserError
 
@@ -17,20 +38,21 @@ __all__ = ["plan", "apply", "Plan", "profile_model", "parse_budget", "memeff_lib
 
 
 def __getattr__(name):
+    # Each public name is imported on first use, so importing this package needs no torch.
     if name == "plan":
-        from .api import plan
+        from .make_plan import plan
         return plan
     if name == "apply":
-        from .planned import apply
+        from .apply_plan import apply
         return apply
     if name == "Plan":
-        from .plandoc import Plan
+        from .document import Plan
         return Plan
     if name == "profile_model":
-        from .profile import profile_model
+        from .model_profile import profile_model
         return profile_model
     if name == "memeff_library_kernels":
-        from .memeff_library import memeff_library_kernels
+        from .memeff import memeff_library_kernels
         return memeff_library_kernels
     if name == "parse_budget":
         from .units import parse_budget

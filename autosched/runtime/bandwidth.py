@@ -15,6 +15,7 @@ import platform
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -63,7 +64,7 @@ def _time_cpu_copy(clock: str, rounds: int = 7) -> tuple[float, float]:
     as it does inside a training step (page faults included: measured in-step, reusing
     freed memory was the exception)."""
     from .offload import HostPool, LayerOffload
-    from .step import clock_fn
+    from .training_step import clock_fn
 
     now = clock_fn(clock)
     srcs = [torch.ones(n << 18, dtype=torch.float32) for n in (1, 2, 4, 1, 3, 2, 4, 1)]
@@ -72,11 +73,11 @@ def _time_cpu_copy(clock: str, rounds: int = 7) -> tuple[float, float]:
     for _ in range(rounds):
         off = LayerOffload(set(), pool=pool)
         t0 = now()
-        handles = [off._pack(s) for s in srcs]
+        handles = [off.pack(s) for s in srcs]
         off.end_forward(release=True)
         t1 = now()
         off.prefetch()
-        unpacked = [off._unpack(h) for h in handles]
+        unpacked = [off.unpack(h) for h in handles]
         t2 = now()
         d2h.append(total / (t1 - t0))
         h2d.append(total / (t2 - t1))
@@ -114,8 +115,13 @@ def measure(device: torch.device, clock: str = "wall") -> Bandwidth:
 
 
 def host_device_bandwidth(device: torch.device, path: str | os.PathLike | None = None,
-                          refresh: bool = False, clock: str = "wall") -> Bandwidth:
-    """The stored bandwidth for this device, measuring and storing it the first time."""
+                          refresh: bool = False, clock: str = "wall",
+                          measure: Callable[[torch.device, str], Bandwidth] = measure
+                          ) -> Bandwidth:
+    """The stored bandwidth for this device, measuring and storing it the first time.
+
+    measure(device, clock) is how a missing or refreshed entry is measured.
+    """
     path = Path(path) if path is not None else default_path()
     ident = device_identity(device, clock)
     table = _read(path)

@@ -7,13 +7,13 @@
   layers that make it fit.
 
 Whether a strategy fits is decided with the same exact accounting the planner uses
-(costmodel.predict); benchmarks measure it again.
+(prediction.predict); benchmarks measure it again.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .costmodel import predict
+from .prediction import predict
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ its own with real inputs.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 import torch
@@ -61,10 +63,12 @@ def find_layers(model: nn.Module, path: str | None = None) -> list[Layer]:
             for i, (n, m) in enumerate(container.named_children())]
 
 
-def replace_layer(model: nn.Module, name: str, new: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, new)       # also right for ModuleList/Sequential ("3")
+def layers_fingerprint(layers: list[Layer]) -> str:
+    """A short hash of the layer names and their parameters' shapes and dtypes: a plan
+    records it, and applying the plan to a model whose layers differ is refused."""
+    desc = [(layer.name, [(n, list(p.shape), str(p.dtype))
+                          for n, p in layer.module.named_parameters()]) for layer in layers]
+    return hashlib.sha256(json.dumps(desc).encode()).hexdigest()[:16]
 
 
 @dataclass

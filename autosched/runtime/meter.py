@@ -10,7 +10,7 @@ outermost around the forward pass. Two mechanisms hold tensors for backward outs
 saved-tensor slots that hooks see, and report them here themselves:
 
 * selective checkpointing caches op outputs in its dispatch mode (reported by the policy
-  wrapper in `policies.py`, from `SelectiveCheckpointContext.op_output`);
+  wrapper in `checkpointing.py`, from `SelectiveCheckpointContext.op_output`);
 * offloading replaces a saved tensor by a host copy inside its own, inner hooks
   (reported by `offload.py` as host bytes).
 
@@ -129,13 +129,3 @@ def model_state(model: torch.nn.Module) -> list:
     """The tensors a meter must leave out: parameters and buffers."""
     return [*model.parameters(), *model.buffers()]
 
-
-def measure_saved_bytes(model, inputs, loss_fn=None) -> int:
-    """Activation bytes one forward of `model(*inputs)` saves for backward (no backward)."""
-    from .step import compute_loss
-
-    with SavedTensorMeter(model_state(model)) as meter:
-        loss = compute_loss(model, inputs, loss_fn)
-    del loss
-    meter.release()
-    return meter.device_bytes

@@ -6,7 +6,7 @@ Before that layer's backward the copies are brought back ("prefetch") and the ha
 unpack to views of the device copy.
 
 On CUDA the copies run on side streams: device-to-host on an offload stream (the device
-copy is released when the next layer's forward has finished, the window the cost model
+copy is released when the next layer's forward has finished, the window the predictor
 gives it), host-to-device on a prefetch stream started when the next layer's backward
 begins; unpacking waits for the copy's event. On the CPU there is no copy engine: the
 copies are plain memcpys on the calling thread, and host and device are the same memory,
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .layers import tensors_in
 from .meter import report_saved, storage_key
 
 MIN_OFFLOAD_BYTES = 1024      # smaller storages stay on the device (copy overhead > gain)
@@ -127,9 +128,11 @@ class LayerOffload:
         self._by_key: dict = {}         # only while the forward runs: keys are unique then
 
     def hooks(self):
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        """The saved-tensor hooks (pack, unpack) for the layer's forward."""
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
 
-    def _pack(self, t: torch.Tensor):
+    def pack(self, t: torch.Tensor):
+        """Pack hook: copy `t`'s storage to the host (once per storage), keep a handle."""
         key = storage_key(t)
         if (key is None or key in self.excluded or t.layout != torch.strided
                 or key[3] < MIN_OFFLOAD_BYTES):
@@ -145,7 +148,8 @@ class LayerOffload:
         entry.handles += 1
         return _Handle(entry, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
-    def _unpack(self, packed):
+    def unpack(self, packed):
+        """Unpack hook: a view of the prefetched device copy (prefetching it if needed)."""
         if not isinstance(packed, _Handle):
             return packed
         entry = packed.entry
@@ -184,3 +188,51 @@ def make_streams(device: torch.device):
     if device.type != "cuda":
         return None
     return torch.cuda.Stream(device), torch.cuda.Stream(device)
+
+
+class OffloadSchedule:
+    """Coordinates offloaded layers: when device copies are freed and prefetches start.
+
+    Layer i's device-to-host copies have until layer i+1's forward ends (the last layer:
+    its own forward end); its host-to-device prefetch starts when layer i+1's backward
+    begins (the last layer: its own backward start). These are the windows the predictor
+    (prediction.py) hides transfers in.
+    """
+
+    def __init__(self, n_layers: int):
+        self.n_layers = n_layers
+        self.live: dict[int, LayerOffload] = {}
+        self.pool = HostPool()
+        self._streams = None
+
+    def streams(self, device):
+        if self._streams is None:
+            self._streams = make_streams(device) or ()
+        return self._streams or None
+
+    def forward_end(self, index: int, output) -> None:
+        prev = self.live.get(index - 1)
+        if prev is not None:
+            prev.release_device_copies()
+        if index == self.n_layers - 1 and index in self.live:
+            self.live[index].release_device_copies()
+        for t in tensors_in(output):
+            if t.requires_grad:
+                t.register_hook(lambda grad, i=index: self.backward_start(i))
+                break
+
+    def backward_start(self, index: int) -> None:
+        # Popped: the graph's unpack hooks keep what they need; the schedule lets go.
+        for i in (index, index - 1):
+            off = self.live.pop(i, None)
+            if off is not None:
+                off.prefetch()
+
+
+def prefetch_on_backward(out, off: LayerOffload):
+    """Without a schedule (a layer on its own): prefetch when its backward starts."""
+    for t in tensors_in(out):
+        if t.requires_grad:
+            t.register_hook(lambda grad: off.prefetch())
+            break
+    return out

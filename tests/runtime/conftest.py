@@ -52,7 +52,7 @@ def bw_path(tmp_path):
 
 
 def _grads(model, run, inputs, loss_fn):
-    from autosched.runtime.step import training_step, zero_grads
+    from autosched.runtime.training_step import training_step, zero_grads
 
     zero_grads(model)
     training_step(run, inputs, loss_fn)

@@ -9,8 +9,14 @@ import torch
 from autosched.runtime import bandwidth as bw_mod
 
 
-def test_measured_once_then_read_from_the_json_file(bw_path, monkeypatch):
-    first = bw_mod.host_device_bandwidth(torch.device("cpu"), bw_path)
+def test_measured_once_then_read_from_the_json_file(bw_path):
+    measured = []
+
+    def counting(device, clock):
+        measured.append((device, clock))
+        return bw_mod.measure(device, clock)
+    first = bw_mod.host_device_bandwidth(torch.device("cpu"), bw_path, measure=counting)
+    assert measured == [(torch.device("cpu"), "wall")]
     assert first.d2h_bytes_per_s > 1e8 and first.h2d_bytes_per_s > 1e8
     assert first.overlap is False and "CPU memcpy" in first.source
     stored = json.loads(bw_path.read_text())
@@ -19,10 +25,11 @@ def test_measured_once_then_read_from_the_json_file(bw_path, monkeypatch):
 
     def no_measuring(*a, **k):
         raise AssertionError("measured again")
-    monkeypatch.setattr(bw_mod, "measure", no_measuring)
-    assert bw_mod.host_device_bandwidth(torch.device("cpu"), bw_path) == first
-    with pytest.raises(AssertionError):
-        bw_mod.host_device_bandwidth(torch.device("cpu"), bw_path, refresh=True)
+    assert bw_mod.host_device_bandwidth(torch.device("cpu"), bw_path, measure=no_measuring) \
+        == first
+    with pytest.raises(AssertionError, match="measured again"):
+        bw_mod.host_device_bandwidth(torch.device("cpu"), bw_path, refresh=True,
+                                     measure=no_measuring)
 
 
 def test_each_clock_has_its_own_entry(bw_path):

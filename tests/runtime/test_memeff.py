@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from autosched.runtime import memeff
-from autosched.runtime.memeff_kernels import TORCH_GELU, Kernel, gelu_tables
+from autosched.runtime.memeff.kernels import TORCH_GELU, Kernel, gelu_tables
 from autosched.runtime.meter import SavedTensorMeter, model_state
 
 

@@ -13,9 +13,9 @@ import torch.nn.functional as F
 
 import autosched.runtime as rt
 from autosched.cli import main
-from autosched.runtime.memeff_kernels import gelu_backward, gelu_forward, gelu_tables
-from autosched.runtime.memeff_library import OP_FILE
-from autosched.runtime.step import measure_step
+from autosched.runtime.memeff.kernels import gelu_backward, gelu_forward, gelu_tables
+from autosched.runtime.memeff.library import OP_FILE
+from autosched.runtime.training_step import measure_step
 from autosched.torch.errors import LibraryError
 
 ROWS, WIDTH = 2 * 16, 4 * 32   # the MLP activation of the tiny GPT (conftest.tiny_gpt)

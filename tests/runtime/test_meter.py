@@ -6,7 +6,7 @@ from torch import nn
 
 from autosched.runtime.meter import SavedTensorMeter, model_state
 from autosched.runtime.offload import LayerOffload
-from autosched.runtime.policies import full_checkpoint, selective_checkpoint
+from autosched.runtime.checkpointing import full_checkpoint, selective_checkpoint
 
 
 def _block():

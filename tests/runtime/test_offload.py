@@ -4,9 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autosched.runtime import actions as actions_mod
+from autosched.runtime.apply_plan import apply_actions
 from autosched.runtime.offload import LayerOffload
-from autosched.runtime.planned import apply_actions
 
 
 def test_host_copy_is_a_separate_tensor_and_views_share_it():
@@ -58,7 +57,7 @@ def test_offloaded_gpt_has_exact_gradients(tiny_gpt, grads):
             torch.testing.assert_close(got[n], ref[n], **tol, msg=f"{acts} {n}")
 
 
-def test_prefetch_runs_one_layer_ahead_of_backward(gpt, monkeypatch):
+def test_prefetch_runs_one_layer_ahead_of_backward(gpt):
     events, made = [], []
 
     class Recording(LayerOffload):
@@ -71,15 +70,16 @@ def test_prefetch_runs_one_layer_ahead_of_backward(gpt, monkeypatch):
             events.append(("prefetch", self.label))
             super().prefetch()
 
-        def _unpack(self, packed):
+        def unpack(self, packed):
             if not events or events[-1] != ("unpack", self.label):
                 events.append(("unpack", self.label))
-            return super()._unpack(packed)
+            return super().unpack(packed)
 
-    monkeypatch.setattr(actions_mod, "LayerOffload", Recording)
     model = gpt.make_model(n_layer=3, d_model=32, n_head=2, seq_len=8, vocab=16)
     inputs = gpt.make_inputs(batch=2, seq_len=8, vocab=16)
-    apply_actions(model, ["offload"] * 3, "blocks")(*inputs).backward()
+    planned = apply_actions(model, ["offload"] * 3, "blocks", offload_factory=Recording)
+    planned(*inputs).backward()
+    assert len(made) == 3
     assert events == [("prefetch", 2), ("prefetch", 1), ("unpack", 2),
                       ("prefetch", 0), ("unpack", 1), ("unpack", 0)]
 

@@ -8,11 +8,11 @@ import torch
 import autosched.runtime as rt
 from autosched.errors import UserError
 from autosched.runtime.actions import ACTIONS
-from autosched.runtime.plandoc import Plan
-from autosched.runtime.profile import profile_model
-from autosched.runtime.step import measure_step
+from autosched.runtime.document import Plan
+from autosched.runtime.model_profile import profile_model
+from autosched.runtime.training_step import measure_step
 
-# Gradient tolerance of plans with memory-efficient GELU/LayerNorm (see memeff_kernels.py):
+# Gradient tolerance of plans with memory-efficient GELU/LayerNorm (see memeff/kernels.py):
 # per parameter, |error| <= MEMEFF_REL * max |reference gradient|.
 MEMEFF_REL = 1e-3
 
@@ -52,7 +52,7 @@ def test_budget_met_bytes_exact_and_gradients(spec, tiny, tiny_profile, grads):
 def test_every_action_keeps_gradients(tiny, tiny_profile, grads):
     model, inputs, loss_fn = tiny
     ref = grads(model, model, inputs, loss_fn)
-    from autosched.runtime.planned import apply_actions
+    from autosched.runtime.apply_plan import apply_actions
 
     cores = [layer.attention_cores for layer in tiny_profile.layers]
     for action in tiny_profile.layers[0].options:
@@ -67,8 +67,8 @@ def test_every_action_keeps_gradients(tiny, tiny_profile, grads):
 
 def test_every_action_predicted_bytes_equal_measured(tiny, tiny_profile):
     model, inputs, loss_fn = tiny
-    from autosched.runtime.costmodel import predict
-    from autosched.runtime.planned import apply_actions
+    from autosched.runtime.prediction import predict
+    from autosched.runtime.apply_plan import apply_actions
 
     cores = [layer.attention_cores for layer in tiny_profile.layers]
     names = list(tiny_profile.layers[0].options)

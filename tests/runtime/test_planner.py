@@ -8,9 +8,9 @@ import pytest
 
 from autosched.errors import UserError
 from autosched.runtime.bandwidth import Bandwidth
-from autosched.runtime.costmodel import exposed_transfers, predict
-from autosched.runtime.planner import smallest_feasible_bytes, solve
-from autosched.runtime.profile import ActionCost, LayerProfile, ModelProfile
+from autosched.runtime.prediction import exposed_transfers, predict
+from autosched.runtime.solver import smallest_feasible_bytes, solve
+from autosched.runtime.model_profile import ActionCost, LayerProfile, ModelProfile
 from autosched.runtime.units import format_bytes
 
 MB = 1 << 20

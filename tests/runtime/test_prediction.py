@@ -10,8 +10,8 @@ import statistics
 import pytest
 
 import autosched.runtime as rt
-from autosched.runtime.profile import profile_model
-from autosched.runtime.step import measure_step
+from autosched.runtime.model_profile import profile_model
+from autosched.runtime.training_step import measure_step
 
 
 @pytest.mark.parametrize("spec", ["100%", "40%"])

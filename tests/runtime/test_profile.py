@@ -3,8 +3,6 @@ examples' library hook."""
 from __future__ import annotations
 
 import json
-import sys
-import types
 
 import pytest
 import torch
@@ -12,8 +10,8 @@ from torch import nn
 
 from autosched.errors import UserError
 from autosched.runtime.layers import find_layers
-from autosched.runtime.profile import profile_model, signature
-from autosched.runtime.step import measure_step
+from autosched.runtime.model_profile import profile_model, signature
+from autosched.runtime.training_step import measure_step
 
 
 def test_layers_are_the_children_of_the_largest_block_container(gpt, mlp):
@@ -60,7 +58,7 @@ def test_rest_and_layers_add_up_to_the_measured_step(tiny_gpt, bw_path):
     assert set(prof.layers[0].options) == {"keep", "recompute"}
     assert prof.layers[0].attention_cores == ["attn.core"]
     assert prof.layers[0].memeff_modules == ["ln1", "ln2", "act"]
-    from autosched.runtime.profile import applicable_actions
+    from autosched.runtime.model_profile import applicable_actions
     from autosched.runtime.trace import trace_ops
 
     call = _call(model, inputs)
@@ -94,26 +92,23 @@ def autosched_op():
     return name
 
 
-def test_custom_ops_are_found_by_namespace_and_named_in_the_plan(autosched_op, monkeypatch,
-                                                                  tmp_path, mlp, bw_path, grads):
+def test_custom_ops_are_found_by_namespace_and_named_in_the_plan(autosched_op, tmp_path, mlp,
+                                                                  bw_path, grads):
     import autosched.runtime as rt
-    from autosched.runtime.kernel_hook import record_ids, swap_modules_for_library
+    from autosched.runtime.library_modules import record_ids, swap_modules_for_library
 
     manifest = {"kernels": [{"symbol": autosched_op, "workload": "matmul", "record_id": "rec-7",
                              "args": {"M": 16, "N": 32, "K": 32}}]}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     loaded = []
-    fake = types.ModuleType("autosched.torch")
 
     def fake_load_library(path):  # what the real loader returns: ops by workload
         loaded.append(path)
         return {"matmul": getattr(torch.ops.autosched, autosched_op)}
 
-    fake.load_library = fake_load_library
-    monkeypatch.setitem(sys.modules, "autosched.torch", fake)
     model = mlp.make_model(n_layer=2, width=32, hidden=32)
     reference = mlp.make_model(n_layer=2, width=32, hidden=32)
-    swapped = swap_modules_for_library(model, tmp_path)
+    swapped = swap_modules_for_library(model, tmp_path, load_library=fake_load_library)
     assert loaded == [str(tmp_path)]
     assert set(swapped) == {"blocks.0.fc1", "blocks.0.fc2", "blocks.1.fc1", "blocks.1.fc2"}
     inputs = mlp.make_inputs(batch=16, width=32)
@@ -130,7 +125,16 @@ def test_custom_ops_are_found_by_namespace_and_named_in_the_plan(autosched_op, m
         assert layer.kernel == f"autosched::{autosched_op}=rec-7"
 
 
-def test_library_hook_without_a_loader_is_a_user_error(monkeypatch, mlp, tmp_path):
-    monkeypatch.setitem(sys.modules, "autosched.torch", None)
-    with pytest.raises(UserError, match="load_library"):
-        mlp.make_model(n_layer=1, width=8, hidden=8, kernel_library=tmp_path)
+def test_library_hook_without_a_loader_is_a_user_error(mlp, tmp_path):
+    from autosched.runtime.library_modules import (AutoschedLinear, AutoschedLayerNorm,
+                                                   swap_modules_for_library)
+
+    def unimportable(path):   # as when autosched.torch's dependencies are missing
+        raise ImportError("No module named 'tvm_ffi'")
+
+    model = mlp.make_model(n_layer=1, width=8, hidden=8)
+    with pytest.raises(UserError, match="load_library") as info:
+        swap_modules_for_library(model, tmp_path, load_library=unimportable)
+    assert "tvm_ffi" in str(info.value) and "\n" not in str(info.value)
+    assert not any(isinstance(m, (AutoschedLinear, AutoschedLayerNorm))
+                   for m in model.modules())                      # nothing was swapped

@@ -1,18 +1,19 @@
 """`apply(model, plan)`: the model running under a plan, parameters shared, original intact.
 
-The result is a structure copy of the model (memeff.clone_structure: new module objects,
-the same parameter and buffer tensors) whose layers are wrapped in actions.PlannedLayer.
-Training the result trains the original's parameters; the original module tree is not
-modified.
+The result is a structure copy of the model (module_tree.clone_structure: new module
+objects, the same parameter and buffer tensors) whose layers are wrapped in
+planned_layer.PlannedLayer. Training the result trains the original's parameters; the
+original module tree is not modified.
 """
 from __future__ import annotations
 
 from ..errors import UserError
-from .actions import ACTIONS, OffloadSchedule, PlannedLayer
-from .api import fingerprint
-from .layers import find_layers, replace_layer
-from .memeff import clone_structure
-from .memeff_kernels import TORCH_GELU, TORCH_LAYER_NORM
+from .actions import ACTIONS
+from .layers import find_layers, layers_fingerprint
+from .memeff import TORCH_GELU, TORCH_LAYER_NORM
+from .module_tree import clone_structure, replace_submodule
+from .offload import LayerOffload, OffloadSchedule
+from .planned_layer import PlannedLayer
 
 
 def apply(model, plan, kernels: dict | None = None):
@@ -28,29 +29,24 @@ def apply(model, plan, kernels: dict | None = None):
     if [layer.name for layer in layers] != [layer.name for layer in plan.layers]:
         raise UserError(f"the plan is for layers {[lp.name for lp in plan.layers][:3]}..., "
                         f"this model has {[layer.name for layer in layers][:3]}...")
-    if fingerprint(model, layers) != plan.model.get("fingerprint"):
+    if layers_fingerprint(layers) != plan.model.get("fingerprint"):
         raise UserError("the plan was made for a different model (its layers' parameters "
                         "differ); make a new plan for this model")
     for lp in plan.layers:
         if lp.action not in ACTIONS:
             raise UserError(f"layer {lp.name}: unknown action {lp.action!r}")
     kernels = {"gelu": TORCH_GELU, "layer_norm": TORCH_LAYER_NORM, **(kernels or {})}
-    planned = clone_structure(model)
-    any_offload = any(ACTIONS[lp.action].offload for lp in plan.layers)
-    schedule = OffloadSchedule(len(layers)) if any_offload else None
-    for layer, lp in zip(find_layers(planned, path), plan.layers):
-        wrapped = PlannedLayer(layer.module, ACTIONS[lp.action], layer.index, schedule,
-                               lp.attention_cores, kernels)
-        replace_layer(planned, layer.name, wrapped)
-    return planned
+    return apply_actions(model, plan.actions, path, [lp.attention_cores for lp in plan.layers],
+                         kernels)
 
 
 def apply_actions(model, actions: list[str], layers: str | None = None, attention_cores=None,
-                  kernels: dict | None = None):
+                  kernels: dict | None = None, offload_factory=LayerOffload):
     """Like apply, from a bare list of action names (the baselines use it).
 
-    attention_cores: per layer, the submodule names `recompute_attention` checkpoints;
-    found by tracing when not given.
+    attention_cores: per layer, the submodule names `recompute_attention` checkpoints
+    (ModelProfile's layers list them); needed when an action uses them. offload_factory
+    makes each offloaded forward's hooks (see planned_layer.PlannedLayer).
     """
     found = find_layers(model, layers)
     if len(actions) != len(found):
@@ -62,6 +58,7 @@ def apply_actions(model, actions: list[str], layers: str | None = None, attentio
         raise ValueError("recompute_attention needs the layers' attention_cores")
     cores = attention_cores or [[] for _ in found]
     for layer, action, core in zip(find_layers(planned, layers), actions, cores):
-        replace_layer(planned, layer.name, PlannedLayer(layer.module, ACTIONS[action],
-                                                        layer.index, schedule, core, kernels))
+        replace_submodule(planned, layer.name, PlannedLayer(
+            layer.module, ACTIONS[action], layer.index, schedule, core, kernels,
+            offload_factory))
     return planned

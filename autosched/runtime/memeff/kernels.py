@@ -1,7 +1,7 @@
 """Kernels behind the memory-efficient GELU and LayerNorm (forward/backward callables).
 
 A kernel is a pair of plain callables on tensors plus an id ("torch" for the reference
-implementations here, or the record id of a tuned autosched kernel). `memeff.py` wraps a
+implementations here, or the record id of a tuned autosched kernel). `functions.py` wraps a
 kernel in a `torch.autograd.Function`; swapping in a faster kernel (a fused, tuned one from
 an autosched library) changes nothing else.
 
@@ -19,7 +19,7 @@ output-based backward has it).
 LayerNorm saves its output y and 1/std per row. With an affine weight w and bias b the
 normalised input is (y - b) / w, so the backward is the native LayerNorm backward fed with
 x - mean = (y - b) / (w * rstd) and mean = 0: exact up to rounding. A weight entry of zero
-would lose that column; the module then falls back to saving the input (see memeff.py).
+would lose that column; the module then falls back to saving the input (see functions.py).
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def gelu_backward(grad_y, y, mask, approximate: str = "none"):
 
 
 def gelu_grad_reference(grad_y, y, mask, table, slope, approximate: str = "none"):
-    """torch reference of the fused `memeff_gelu_grad` workload (memeff_workloads.py)."""
+    """torch reference of the fused `memeff_gelu_grad` workload (workloads.py)."""
     del table, slope  # the same tables, built here from `approximate`
     return gelu_backward(grad_y, y, mask != 0, approximate)
 

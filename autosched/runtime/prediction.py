@@ -1,12 +1,15 @@
 """Predicted step time and saved-activation memory of an assignment of actions to layers.
 
+An analytic model over a ModelProfile (model_profile.py): the solver optimises it,
+plans report it, benchmarks compare it with the measured step.
+
 Time (Mist-style overlap): rest + sum over layers of the action's compute (forward and
 backward, recomputation included) + the part of each offload transfer that other layers'
 compute does not hide. An offloaded layer's compute is that of the same layer without
 offload (keep, or memeff_ln for offload+memeff_ln); its transfers take host_bytes / bandwidth
 each way. With a copy engine (CUDA), layer i's device-to-host copy hides behind layer
 i+1's forward and its host-to-device prefetch behind layer i+1's backward (the last layer
-has no window); offload.py and actions.OffloadSchedule implement exactly those windows.
+has no window); offload.OffloadSchedule implements exactly those windows.
 Without one (CPU) every transfer is exposed.
 
 Memory: rest + sum of the layers' own saved bytes + each shared (layer-boundary) storage
@@ -16,17 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .actions import ACTIONS
-
-
-def base_action(name: str) -> str:
-    """The action whose compute an offloaded layer runs ("offload+memeff_ln" -> "memeff_ln")."""
-    if not ACTIONS[name].offload:
-        return name
-    base = name.partition("+")[2] or "keep"
-    if base not in ACTIONS or ACTIONS[base].offload:
-        raise ValueError(f"{name}: no on-device action to take its compute from")
-    return base
+from .actions import ACTIONS, base_action
 
 
 def compute_times(layer, name: str) -> tuple[float, float]:

@@ -1,22 +1,16 @@
-"""`plan(model, example_inputs, memory_budget)`: profile, solve, and write the plan down."""
+"""`plan(model, example_inputs, memory_budget)`: profile, solve, and write the plan down.
+
+The entry point of planning: model_profile.py measures, solver.py chooses, prediction.py
+predicts, and the result is a document.Plan.
+"""
 from __future__ import annotations
 
-import hashlib
-import json
-
 from .actions import ACTIONS
-from .costmodel import compute_times, exposed_transfers, predict
-from .plandoc import Plan, LayerPlan
+from .document import LayerPlan, Plan
+from .prediction import compute_times, exposed_transfers, predict
 from .units import parse_budget
 
 SOLVER_NAME = "scipy.optimize.milp (HiGHS)"
-
-
-def fingerprint(model, layers) -> str:
-    """A short hash of the layer names and their parameters' shapes and dtypes."""
-    desc = [(layer.name, [(n, list(p.shape), str(p.dtype))
-                          for n, p in layer.module.named_parameters()]) for layer in layers]
-    return hashlib.sha256(json.dumps(desc).encode()).hexdigest()[:16]
 
 
 def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | None = None,
@@ -31,13 +25,13 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
     on CUDA only (on the CPU host and device memory are the same RAM). `profile` reuses a
     ModelProfile (from profile_model) instead of measuring again. `kernel_ids` maps
     autosched op names ("autosched::dense") to the record ids of their kernels. clock:
-    "wall" or "cpu" time for the measurements (see step.clock_fn). kernels: the
-    memory-efficient kernels by kind (memeff_library.memeff_library_kernels); the plan is
+    "wall" or "cpu" time for the measurements (see training_step.clock_fn). kernels: the
+    memory-efficient kernels by kind (memeff.memeff_library_kernels); the plan is
     measured with them and must be applied with the same (`apply(model, plan, kernels)`).
     """
-    from .layers import find_layers
-    from .planner import solve
-    from .profile import profile_model
+    from .layers import find_layers, layers_fingerprint
+    from .model_profile import profile_model
+    from .solver import solve
 
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
         else (example_inputs,)
@@ -53,7 +47,7 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
     solution = solve(profile, budget, time_limit_s, mip_gap)
     found = find_layers(model, profile.container)
     return build_plan(model, profile, solution, budget, str(memory_budget),
-                      fingerprint(model, found), kernel_ids or {})
+                      layers_fingerprint(found), kernel_ids or {})
 
 
 def _on_cuda(model) -> bool:

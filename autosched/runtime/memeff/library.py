@@ -1,4 +1,4 @@
-"""Memory-efficient kernels from an exported autosched library (memeff_workloads.py).
+"""Memory-efficient kernels from an exported autosched library (of workloads.py).
 
     kernels = memeff_library_kernels("memeff_lib")       # {"gelu": Kernel} (or {})
     plan = autosched.runtime.plan(model, inputs, "40%", kernels=kernels)
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
-from .memeff_kernels import Kernel, device_tables, gelu_backward, gelu_forward
+from .kernels import Kernel, device_tables, gelu_backward, gelu_forward
 
 GELU_WORKLOAD = "memeff_gelu_grad"
-OP_FILE = str(Path(__file__).with_name("memeff_workloads.py"))
+OP_FILE = str(Path(__file__).with_name("workloads.py"))
 
 
 def memeff_library_kernels(library_dir, check_hardware: bool = True) -> dict:

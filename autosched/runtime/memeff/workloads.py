@@ -1,24 +1,24 @@
 """Op file: the memory-efficient GELU backward as one fused autosched workload.
 
-    autosched tune autosched/runtime/memeff_workloads.py --arg M=1024 --arg N=1024
-    autosched export autosched/runtime/memeff_workloads.py -o memeff_lib --arg M=1024 ...
+    autosched tune autosched/runtime/memeff/workloads.py --arg M=1024 --arg N=1024
+    autosched export autosched/runtime/memeff/workloads.py -o memeff_lib --arg M=1024 ...
 
-`memeff_gelu_grad` computes what memeff_kernels.gelu_backward computes with a dozen eager
+`memeff_gelu_grad` computes what kernels.gelu_backward computes with a dozen eager
 torch operators, in one pass over the elements: from the saved GELU output y and its
 1-byte branch mask, the table coordinate sqrt(y - y*), a linear interpolation in the
 branch's derivative table, times the incoming gradient. Its inputs, in order: grad_y, y,
-mask (uint8, 0 or 1), table and slope (memeff_kernels.device_tables: 2 x TABLE_SIZE
-entries each). The numerics are the torch kernel's, so its tolerance (memeff_kernels)
+mask (uint8, 0 or 1), table and slope (kernels.device_tables: 2 x TABLE_SIZE
+entries each). The numerics are the torch kernel's, so its tolerance (kernels.py)
 holds for this kernel too.
-`memeff_library.memeff_library_kernels` turns an exported library of it into the Kernel
+`library.memeff_library_kernels` turns an exported library of it into the Kernel
 the runtime swaps in.
 """
 import autosched
-from autosched.runtime.memeff_kernels import TABLE_SIZE, gelu_tables
+from autosched.runtime.memeff.kernels import TABLE_SIZE, gelu_tables
 from tvm import te, tirx
 
 
-@autosched.workload(torch_reference="autosched.runtime.memeff_kernels:gelu_grad_reference")
+@autosched.workload(torch_reference="autosched.runtime.memeff.kernels:gelu_grad_reference")
 def memeff_gelu_grad(M=1024, N=1024, approximate="none", dtype="float32"):
     tables = gelu_tables(approximate)
     n = TABLE_SIZE

@@ -9,8 +9,8 @@ times, its bytes are what the whole step saves outside the layers.
 
 Storages that cross a layer boundary (a layer's inputs and outputs) are "shared": whoever
 saves one, it is counted once. The profile therefore keeps, per action, the layer's own
-("internal") bytes and the set of shared storages it saves; the cost model adds a shared
-storage once if any of its savers keeps it on the device.
+("internal") bytes and the set of shared storages it saves; the predictor (prediction.py)
+adds a shared storage once if any of its savers keeps it on the device.
 """
 from __future__ import annotations
 
@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .actions import ACTIONS, PlannedLayer
+from .actions import ACTIONS
 from .bandwidth import Bandwidth, host_device_bandwidth
 from .layers import CallCapture, find_container, find_layers, tensors_in
 from .memeff import swappable
 from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
-from .step import clock_fn, compute_loss, measure_step
+from .planned_layer import PlannedLayer
 from .trace import COMPUTE_HEAVY, attention_cores, trace_ops
+from .training_step import clock_fn, compute_loss, measure_step
 
 
 @dataclass(frozen=True)
@@ -179,9 +180,9 @@ def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
                   kernels: dict | None = None) -> ModelProfile:
     """Measure everything the planner needs (see the module docstring).
 
-    clock: "wall" or "cpu" (see step.clock_fn); predictions are in the same clock.
+    clock: "wall" or "cpu" (see training_step.clock_fn); predictions are in the same clock.
     kernels: the memory-efficient kernels by kind ({"gelu": Kernel}, see
-    memeff_library); the memeff actions are measured with them (default: torch's).
+    memeff.library); the memeff actions are measured with them (default: torch's).
     """
     clock_fn(clock)
     found = find_layers(model, layers)
@@ -199,8 +200,14 @@ def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_
              repeats, bandwidth, bandwidth_path, clock, kernels) -> ModelProfile:
     exclude = model_state(model)
     meter = SavedTensorMeter(exclude)
-    capture = CallCapture(found, on_enter=lambda n: setattr(meter, "context", n),
-                          on_exit=lambda n: setattr(meter, "context", OUTSIDE))
+
+    def entering(layer_name):             # what the layer saves is labelled with its name
+        meter.context = layer_name
+
+    def leaving(layer_name):
+        meter.context = OUTSIDE
+
+    capture = CallCapture(found, on_enter=entering, on_exit=leaving)
     with capture, meter:
         loss = compute_loss(model, inputs, loss_fn)
     loss.backward()

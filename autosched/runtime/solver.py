@@ -10,7 +10,7 @@ on the device); with a copy engine, e_f[i], e_b[i] >= 0 (exposed transfer second
                rest + sum x[i,a] * own_bytes(i,a) + sum z[s] * bytes(s) <= budget
 
 Times are in milliseconds and bytes in MiB inside the solver (well-scaled coefficients);
-the result is re-evaluated exactly with costmodel.predict. A budget no assignment meets
+the result is re-evaluated exactly with prediction.predict. A budget no assignment meets
 raises UserError naming the smallest feasible budget (the optimum of the same MILP with
 memory as the objective).
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UserError
-from .costmodel import compute_times, transfer_time
+from .prediction import compute_times, predict, transfer_time
 from .units import format_bytes
 
 MIB = float(1 << 20)
@@ -159,16 +159,12 @@ def smallest_feasible_bytes(profile, time_limit_s: float = 10.0) -> int:
     res = _solve(model, row, [], time_limit_s, 0.0)
     if res.x is None:
         raise RuntimeError(f"memory minimisation failed: {res.message}")
-    from .costmodel import predict
-
     return predict(profile, model.assignment(res.x)).saved_bytes
 
 
 def solve(profile, budget_bytes: int, time_limit_s: float = 10.0, mip_gap: float = 1e-3
           ) -> Solution:
     """The fastest predicted assignment whose saved-activation memory fits `budget_bytes`."""
-    from .costmodel import predict
-
     model = _Model(profile)
     row, fixed = model.memory_row()
     c = model.time_objective() + row * 1e-6        # ties: prefer the smaller memory
@@ -195,7 +191,7 @@ def solve(profile, budget_bytes: int, time_limit_s: float = 10.0, mip_gap: float
                 "activation memory without checkpointing)")
         raise UserError(f"no plan found within the {time_limit_s:g} s solver time limit "
                         f"({res.message}); raise the time limit")
-    gap = getattr(res, "mip_gap", None)
+    gap = res.get("mip_gap")            # scipy's OptimizeResult is a dict
     return Solution(model.assignment(res.x), _STATUS.get(res.status, str(res.status)),
                     str(res.message), (profile.rest_time_s + float(res.fun) / MS),
                     None if gap is None else float(gap), elapsed)

@@ -25,14 +25,20 @@ from torch import nn
 from ..errors import UserError
 
 
-def _load(library_dir):
+def load_autosched_library(library_dir):
+    """autosched.torch.load_library(library_dir): the default loader of the swap."""
+    from autosched.torch import load_library
+
+    return load_library(library_dir)
+
+
+def _load(library_dir, load_library):
     """(the loaded library, its manifest's kernels); `library[workload]` is the op."""
     try:
-        from autosched.torch import load_library
-    except ImportError:
+        library = load_library(str(library_dir))
+    except ImportError as e:
         raise UserError("kernel_library needs autosched.torch.load_library, which this "
-                        "installation does not have") from None
-    library = load_library(str(library_dir))
+                        f"installation cannot import ({e})") from None
     try:
         manifest = json.loads((Path(library_dir) / "manifest.json").read_text())
         return library, list(manifest["kernels"])
@@ -120,9 +126,14 @@ def _match(module: nn.Module, kernels: list[dict], library):
     return None
 
 
-def swap_modules_for_library(model: nn.Module, library_dir) -> dict:
-    """Replace matching modules in place; returns {module name: kernel symbol}."""
-    library, kernels = _load(library_dir)
+def swap_modules_for_library(model: nn.Module, library_dir,
+                             load_library=load_autosched_library) -> dict:
+    """Replace matching modules in place; returns {module name: kernel symbol}.
+
+    load_library(path) -> the loaded library, indexable by workload name (what
+    autosched.torch.load_library returns); a loader that raises ImportError is a UserError.
+    """
+    library, kernels = _load(library_dir, load_library)
     swapped = {}
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):

@@ -34,7 +34,7 @@ def _reporting(policy):
     def wrapped(ctx, func, *args, **kwargs):
         decision = policy(ctx, func, *args, **kwargs)
         if decision in (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE):
-            out = getattr(ctx, "op_output", None)
+            out = ctx.op_output
             for t in (out if isinstance(out, (tuple, list)) else (out,)):
                 if isinstance(t, torch.Tensor):
                     report_saved(t)

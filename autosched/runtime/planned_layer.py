@@ -1,0 +1,95 @@
+"""The wrapper that runs one layer under one action (actions.py), parameters shared.
+
+Recomputation goes through checkpointing.py, memory-efficient forms through memeff/,
+offloading through offload.py (its hooks, and the OffloadSchedule shared by a model's
+offloaded layers).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .actions import Action
+from .checkpointing import full_checkpoint, selective_checkpoint
+from .layers import tensors_in
+from .memeff import TORCH_GELU, TORCH_LAYER_NORM, swap_memeff
+from .meter import storage_key
+from .module_tree import clone_structure, replace_submodule
+from .offload import HostPool, LayerOffload, OffloadSchedule, prefetch_on_backward
+
+
+class _Checkpointed(nn.Module):
+    """A submodule recomputed in backward (non-reentrant checkpoint)."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args, **kwargs):
+        return full_checkpoint(self.inner, *args, **kwargs)
+
+
+def build_body(module: nn.Module, action: Action, attention_cores=(), kernels=None) -> nn.Module:
+    """The module a layer runs under `action` (shares all parameters with `module`)."""
+    kernels = kernels or {}
+    body = module
+    if action.memeff:
+        body = swap_memeff(body, action.memeff, kernels.get("gelu", TORCH_GELU),
+                           kernels.get("layer_norm", TORCH_LAYER_NORM))
+    if action.recompute == "attention":
+        body = clone_structure(body) if body is module else body
+        for name in attention_cores:
+            replace_submodule(body, name, _Checkpointed(body.get_submodule(name)))
+    return body
+
+
+class PlannedLayer(nn.Module):
+    """A layer running under one action. The wrapped module is shared, not copied.
+
+    offload_factory makes the saved-tensor hooks of each offloaded forward (LayerOffload's
+    signature); a caller may pass a subclass that observes them.
+    """
+
+    def __init__(self, module: nn.Module, action: Action, index: int,
+                 schedule: OffloadSchedule | None = None, attention_cores=(), kernels=None,
+                 offload_factory=LayerOffload):
+        super().__init__()
+        self.action_name = action.name
+        self.index = index
+        self.body = build_body(module, action, attention_cores, kernels)
+        self._action = action
+        self._schedule = schedule
+        self._pool = schedule.pool if schedule is not None else HostPool()
+        self._offload_factory = offload_factory
+
+    def forward(self, *args, **kwargs):
+        a = self._action
+        if a.recompute == "full":
+            out = full_checkpoint(self.body, *args, **kwargs)
+        elif a.recompute == "selective":
+            out = selective_checkpoint(self.body, *args, **kwargs)
+        elif a.offload and torch.is_grad_enabled():
+            out = self._offloaded(*args, **kwargs)
+        else:
+            out = self.body(*args, **kwargs)
+        if self._schedule is not None and torch.is_grad_enabled():
+            self._schedule.forward_end(self.index, out)
+        return out
+
+    def _offloaded(self, *args, **kwargs):
+        state = [*self.body.parameters(), *self.body.buffers()]
+        excluded = {storage_key(t) for t in state}
+        device = next((t.device for t in tensors_in(list(args))), torch.device("cpu"))
+        streams = self._schedule.streams(device) if self._schedule is not None else None
+        off = self._offload_factory(excluded, streams, self._pool)
+        with off.hooks():
+            out = self.body(*args, **kwargs)
+        off.end_forward(release=self._schedule is None)
+        if self._schedule is not None:
+            self._schedule.live[self.index] = off
+        else:
+            out = prefetch_on_backward(out, off)
+        return out
+
+    def extra_repr(self):
+        return f"action={self.action_name!r}"
