@@ -9,6 +9,7 @@ raises `NotInLog` and nothing of that batch is answered, so nothing false is rec
 """
 from __future__ import annotations
 
+import json
 from typing import Iterable
 
 from ..errors import UserError
@@ -74,9 +75,12 @@ class SimulatedMeasurer:
         """One logged result per input, in order; NotInLog (before answering any of
         them) when one is missing."""
         keys = [(inp.task.key, inp.candidate.key) for inp in inputs]
-        results = [self.result(*key) for key in keys]
+        for inp, key in zip(inputs, keys):
+            if key not in self._results:
+                raise NotInLog(f"the simulation log has no measurement of {inp.task.name} "
+                               f"candidate {json.dumps(inp.candidate.to_json())}")
         self.measured += keys
-        return results
+        return [self._results[key] for key in keys]
 
     def close(self) -> None:
         return None
