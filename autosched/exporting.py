@@ -35,7 +35,7 @@ def _best_records(db, tasks, target, versions):
         rec = db.best(task.key, target.key, target.hardware_key, versions)
         if rec is None:
             raise UserError(f"no valid record for {task.name} on this {target.kind} target and "
-                            f"machine in {getattr(db, 'url', 'the database')}; "
+                            f"machine in {db.url}; "
                             "run `autosched tune` first")
         records.append(rec)
     return records

@@ -102,7 +102,7 @@ class PostgresDatabase(SqlDatabase):
                             f"{_one_line(e, self._secret)}") from None
 
     # -- transactions --------------------------------------------------------------
-    def _transaction(self, fn: Callable[..., T], *, write: bool,
+    def transaction(self, fn: Callable[..., T], *, write: bool,
                      session_lock: bool = False, block: bool = True) -> T:
         import psycopg
         from psycopg import errors
@@ -158,14 +158,14 @@ class PostgresDatabase(SqlDatabase):
 
     def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
         # best/top_k/measured_keys are single SELECTs: no BEGIN/COMMIT round trips.
-        return self._transaction(lambda cur: cur.execute(sql, params).fetchall(),
+        return self.transaction(lambda cur: cur.execute(sql, params).fetchall(),
                                  write=False, block=False)
 
     def _schema_transaction(self, fn: Callable[..., T]) -> T:
         # The lock is taken before BEGIN: a transaction that began before another
         # process created the tables would still see them as missing (PostgreSQL's
         # catalog caches are refreshed at transaction start), then fail to create them.
-        return self._transaction(fn, write=True, session_lock=True)
+        return self.transaction(fn, write=True, session_lock=True)
 
     def _insert_returning(self, cur, sql: str, params: list[tuple]) -> list[int | None]:
         raw = cur.cur

@@ -48,4 +48,4 @@ def prune(db, keep: int, *, drop_failures: bool = False, task_key: str | None = 
         out["kept"] = total - (out["slow"] + out["failures"] if dry_run else 0)
         return out
 
-    return db._transaction(work, write=not dry_run)
+    return db.transaction(work, write=not dry_run)

@@ -1,6 +1,6 @@
 """The Database protocol in SQL that both backends share, so they behave identically.
 
-A backend supplies transactions (`_transaction`: one atomic unit, retried on transient
+A backend supplies transactions (`transaction`: one atomic unit, retried on transient
 conflicts, errors turned into UserError where the user can act) and streaming reads
 (`_stream`). Queries are written with `?` placeholders; the PostgreSQL backend rewrites
 them. Every query that returns records *for use* filters on task, target, hardware and
@@ -33,7 +33,9 @@ class SqlDatabase:
     created: bool = False  # set when opening created the tables
 
     # -- backend hooks -------------------------------------------------------------
-    def _transaction(self, fn: Callable[..., T], *, write: bool) -> T:
+    def transaction(self, fn: Callable[..., T], *, write: bool) -> T:
+        """`fn(cursor)` as one atomic unit, retried on transient conflicts; its result.
+        Public for the SQL helpers beside the backends (stats, prune)."""
         raise NotImplementedError
 
     def _stream(self, sql: str, params: tuple, batch: int) -> Iterator[tuple]:
@@ -41,12 +43,12 @@ class SqlDatabase:
 
     def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
         """The rows of one SELECT (atomic by itself; a backend may skip BEGIN/COMMIT)."""
-        return self._transaction(lambda cur: _fetchall(cur, sql, params), write=False)
+        return self.transaction(lambda cur: _fetchall(cur, sql, params), write=False)
 
     def _schema_transaction(self, fn: Callable[..., T]) -> T:
         """A write transaction that no other process's schema change runs beside, and
         that starts only after the previous one committed (so it sees its tables)."""
-        return self._transaction(fn, write=True)
+        return self.transaction(fn, write=True)
 
     def _insert_returning(self, cur, sql: str, params: list[tuple]) -> list[int | None]:
         out = []
@@ -67,7 +69,7 @@ class SqlDatabase:
 
     # -- schema --------------------------------------------------------------------
     def _open_schema(self, upgrade: bool, create: bool) -> None:
-        found = self._transaction(
+        found = self.transaction(
             lambda cur: schema.read_version(cur, self.dialect, strict=False), write=False)
         schema.check_openable(found, self.url, upgrade)
         if found is None and not create:
@@ -101,7 +103,7 @@ class SqlDatabase:
                         "SET workload = excluded.workload, args = excluded.args, "
                         "flops = excluded.flops, arg_specs = excluded.arg_specs", row)
 
-        self._transaction(write, write=True)
+        self.transaction(write, write=True)
 
     def add_records(self, records: Iterable[Record]) -> list[int | None]:
         """Commit all records in one transaction; the id of each, None for a duplicate
@@ -120,7 +122,7 @@ class SqlDatabase:
             return self._insert_returning(cur, rows.INSERT_RECORD,
                                           [rows.record_row(r, created) for r in records])
 
-        return self._transaction(write, write=True)
+        return self.transaction(write, write=True)
 
     # -- queries for use -----------------------------------------------------------
     def measured_keys(self, task_key: str, target_key: str, hardware_key: str,

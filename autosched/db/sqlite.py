@@ -138,7 +138,7 @@ class SqliteDatabase(SqlDatabase):
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.25)
 
-    def _transaction(self, fn: Callable[..., T], *, write: bool) -> T:
+    def transaction(self, fn: Callable[..., T], *, write: bool) -> T:
         def once() -> T:
             with self._lock:
                 return attempt()
@@ -188,7 +188,7 @@ class SqliteDatabase(SqlDatabase):
 
     def integrity_check(self) -> str:
         """SQLite's own consistency check: "ok" when the file is sound."""
-        rows = self._transaction(lambda cur: cur.execute("PRAGMA integrity_check").fetchall(),
+        rows = self.transaction(lambda cur: cur.execute("PRAGMA integrity_check").fetchall(),
                                  write=False)
         return "; ".join(str(r[0]) for r in rows)
 

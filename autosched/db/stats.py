@@ -33,7 +33,7 @@ def _group(workloads: dict, hardware: dict, key: tuple) -> dict:
 def collect(db) -> dict:
     """Totals and one entry per (task, target, hardware, TVM version, space version),
     read in one transaction so the numbers agree with each other."""
-    groups_rows, workload_rows, hardware_rows = db._transaction(_read_all, write=False)
+    groups_rows, workload_rows, hardware_rows = db.transaction(_read_all, write=False)
     workloads = {k: (w, a, f) for k, w, a, f in workload_rows}
     hardware = dict(hardware_rows)
     groups: dict[tuple, dict] = {}
