@@ -49,7 +49,7 @@ def _scheduled_func(task, target, record, symbol):
     return mod["main"].with_attr("global_symbol", symbol)
 
 
-def _manifest(tasks, records, symbols, target, versions, metas) -> dict:
+def build_manifest(tasks, records, symbols, target, versions, metas) -> dict:
     kernels = []
     for task, rec, sym, meta in zip(tasks, records, symbols, metas):
         kernels.append({
@@ -81,7 +81,7 @@ def export_tasks(tasks, target_text: str, out_dir: str, db_url: str | None = Non
         db.close()
     symbols = kernel_symbols(tasks)
     funcs = {sym: _scheduled_func(t, target, r, sym) for t, r, sym in zip(tasks, records, symbols)}
-    manifest = _manifest(tasks, records, symbols, target, library_versions(SPACE_VERSION),
+    manifest = build_manifest(tasks, records, symbols, target, library_versions(SPACE_VERSION),
                          metas or [{}] * len(tasks))
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
@@ -89,13 +89,18 @@ def export_tasks(tasks, target_text: str, out_dir: str, db_url: str | None = Non
     try:
         tvm.compile(tvm.IRModule(funcs), target=target.tvm()).export_library(
             os.path.join(staging, LIBRARY_NAME))
-        with open(os.path.join(staging, MANIFEST_NAME), "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True, default=_json_default)
+        write_manifest(os.path.join(staging, MANIFEST_NAME), manifest)
         _replace_dir(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return os.path.join(out_dir, MANIFEST_NAME)
+
+
+def write_manifest(path: str, manifest: dict) -> None:
+    """`manifest.json` as the loader reads it (callables named, anything else as text)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True, default=_json_default)
 
 
 def _json_default(obj):

@@ -205,7 +205,7 @@ def _loop(states, config, target, versions, db, measurer, scheduler, callbacks) 
             break
         i = scheduler.next_task([s.history for s in states], live)
         st = states[i]
-        n = _batch_size(states, live, config.batch_size, config.trials - done)
+        n = next_batch_size(states, live, config.batch_size, config.trials - done)
         proposals = _proposals(st, n, rng)
         if not proposals:
             st.exhausted = True
@@ -227,7 +227,7 @@ def _loop(states, config, target, versions, db, measurer, scheduler, callbacks) 
             cb.on_batch(states, done, config.trials)
 
 
-def _batch_size(states, live, batch_size: int, remaining: int) -> int:
+def next_batch_size(states, live, batch_size: int, remaining: int) -> int:
     """A full batch, except that tasks not yet tried keep a share of what remains: every
     task gets at least its first candidates (the default, the floor) within the budget."""
     untried = sum(1 for i in live if not states[i].history)

@@ -305,7 +305,7 @@ def extract(task, candidate, mod, cfg: FeatureConfig = FeatureConfig()) -> list[
         v += _store_vector(stats[slot], cfg) if slot < len(stats) else \
             [0.0] * len(_store_names(cfg))
     v += _other_vector(stats[2:], cfg)
-    v += _program_vector(prog, stats, getattr(task, "flops", 0.0))
+    v += _program_vector(prog, stats, task.flops)
     v += decision_vector(candidate)
     if cfg.per_store_feature:
         from .psf import psf_vector

@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from .errors import KernelArgumentError, KernelDtypeError
-from .manifest import KernelEntry, _specs_text
+from .manifest import KernelEntry, specs_text
 
 log = logging.getLogger("autosched.torch")
 
@@ -90,7 +90,7 @@ class OpKernels:
 
     def _known(self) -> str:
         entries = [v.entry for v in self.variants.values()]
-        text = "; ".join(_specs_text(e.inputs) for e in entries[:4])
+        text = "; ".join(specs_text(e.inputs) for e in entries[:4])
         more = f" and {len(entries) - 4} more" if len(entries) > 4 else ""
         return text + more
 

@@ -73,7 +73,7 @@ def _check_context_symbols(path: Path) -> None:
                            "runtime-only package) where the library is loaded")
 
 
-def _load_cuda_runtime() -> None:
+def load_cuda_runtime() -> None:
     """Register TVM's CUDA module loader and a CUDA compiler callback, or explain why not."""
     import tvm_ffi
 
@@ -108,7 +108,7 @@ def load_kernels(manifest: Manifest):
         raise LibraryError(f"{manifest.directory}: {manifest.library} is missing")
     _load_tvm_runtime()
     if manifest.device_type == "cuda":
-        _load_cuda_runtime()
+        load_cuda_runtime()
     try:
         module = tvm_ffi.load_module(str(path))
     except Exception as e:  # a broken file, another architecture, a missing loader

@@ -44,7 +44,7 @@ class KernelEntry:
     @property
     def signature(self) -> str:
         """``(A: float32[64, 64], B: float32[64, 64]) -> (C: float32[64, 64])``"""
-        return f"{_specs_text(self.inputs)} -> {_specs_text(self.outputs)}"
+        return f"{specs_text(self.inputs)} -> {specs_text(self.outputs)}"
 
     @property
     def backward(self) -> tuple[GradSpec, ...]:
@@ -84,7 +84,7 @@ class Manifest:
         return groups
 
 
-def _specs_text(specs) -> str:
+def specs_text(specs) -> str:
     return "(" + ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in specs) + ")"
 
 

@@ -97,13 +97,17 @@ def test_register_tile_of_a_known_tiling(matmul_space, tiled):
 def test_a_store_without_reduction_has_no_register_tile():
     from tvm import te
 
-    from cost_model.features import _register_tile_features, _stats
+    from autosched.workload import WorkloadDef, make_task
 
-    a = te.placeholder((64, 64), name="A")
-    b = te.compute((64, 64), lambda i, j: a[i, j] * 2.0, name="B")
-    (store,) = walk(te.create_prim_func([a, b])).stores
-    tile = _register_tile_features(_stats(store))
-    assert tile[:6] == [0.0] * 6
+    def scale(N=64):
+        a = te.placeholder((N, N), name="A")
+        return a, te.compute((N, N), lambda i, j: a[i, j] * 2.0, name="B")
+
+    task = make_task(WorkloadDef("scale", scale, {"N": 64}), {"N": 64})
+    f = named(task, Candidate("default"), task.mod)
+    assert [f[f"s0.{name}"] for name in ("reg_tile", "reg_accumulators", "reg_spill",
+                                         "reg_stream", "reg_intensity",
+                                         "reg_stream_footprint")] == [0.0] * 6
 
 
 def test_cache_write_adds_a_second_store_slot(matmul_space):

@@ -21,10 +21,9 @@ def test_manifest_from_export_loads(nn_library, tmp_path):
     tasks, metas = make_tasks(TEST_SELECTION)
     records = [SimpleNamespace(id=i, latency=1e-3, candidate={"decisions": []})
                for i in range(len(tasks))]
-    manifest = export._manifest(tasks, records, export.kernel_symbols(tasks),
-                                resolve_target("llvm"), current_versions("1"), metas)
-    with open(lib_dir / export.MANIFEST_NAME, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True, default=export._json_default)
+    manifest = export.build_manifest(tasks, records, export.kernel_symbols(tasks),
+                                     resolve_target("llvm"), current_versions("1"), metas)
+    export.write_manifest(str(lib_dir / export.MANIFEST_NAME), manifest)
 
     lib = at.load_library(lib_dir)
     assert set(lib.ops) == set(TEST_SELECTION)

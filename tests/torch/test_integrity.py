@@ -166,4 +166,4 @@ def test_cuda_runtime_without_a_driver_is_a_clear_error():
     if ctypes.util.find_library("cuda"):
         pytest.skip("this machine has a CUDA driver")
     with pytest.raises(at.LibraryError, match="libcuda.so.1"):
-        loader._load_cuda_runtime()
+        loader.load_cuda_runtime()
