@@ -3,6 +3,7 @@
     python bench/cost_model_accuracy.py [--shapes small|large|all] [--space cpu|test-tiling]
                                         [--per-task 48] [--local 16]
     python bench/cost_model_accuracy.py --db logs/bench_vs_ms.db [--local 16]
+    python bench/cost_model_accuracy.py --log bench/logs/matmul_random.jsonl [--local 16]
 
 1. Measure `--per-task` random candidates of each matmul shape of `--shapes` (5 small,
    15 large or all 20, each held out in turn) on this machine with the
@@ -33,15 +34,20 @@ example the seven operators bench/vs_metaschedule.py --db keeps): the candidates
 then the ones a search chose to measure, mostly good ones, which are harder to order
 than random samples.
 
+`--log FILE` skips step 1 too: FILE is a `db export` JSON-lines log, and every logged
+candidate's result comes from the simulated measurer replaying it
+(autosched/measure/simulated.py), so the benchmark builds and times nothing and gives the
+same numbers on any machine. bench/logs/matmul_random.jsonl holds 560 random candidates
+of three matmul shapes (see bench/README.md).
+
 `--space test-tiling` uses the matmul tiling sketch of the test suite
-(tests/search/synthetic.py); `cpu` uses the product's CPU rules.
+(tests/support/synthetic.py); `cpu` uses the product's CPU rules.
 Feature extraction time per candidate is reported as CPU time (process_time), so other
 load on the machine does not inflate it.
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -81,11 +87,10 @@ SHAPES["all"] = SHAPES["small"] + SHAPES["large"]  # each held out, trained on t
 def space_factory(kind: str):
     if kind == "cpu":
         return generate_space
-    path = ROOT / "tests" / "search" / "synthetic.py"
-    spec = importlib.util.spec_from_file_location("bench_synthetic", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return lambda task, target: SearchSpace(task, target, module.TilingRules())
+    sys.path.insert(0, str(ROOT / "tests"))
+    from support import synthetic
+
+    return lambda task, target: SearchSpace(task, target, synthetic.TilingRules())
 
 
 def _read_cache(cache: str) -> dict:
@@ -168,6 +173,40 @@ def database_tasks(path: str):
         raise SystemExit(f"--db {path}: {len(groups)} task(s) with usable records (need 2; "
                          f"skipped: {report.skipped_records or 'none'})")
     return [g[0] for g in groups], {g[0].key: g[2] for g in groups}
+
+
+def logged_tasks(path: str, target):
+    """(tasks, {task key: [(candidate, result), ...]}) of a `db export` log, each result
+    answered by the simulated measurer (nothing is built or run)."""
+    from ops import op_files
+
+    from autosched.db.jsonl import read_records
+    from autosched.measure.simulated import SimulatedMeasurer
+    from autosched.training_data import rebuild_task
+
+    records = read_records(path)
+    measurer = SimulatedMeasurer(records)
+    defs = {}
+    for op_file in op_files():
+        for name, wdef in load_op_file(op_file).items():
+            defs.setdefault(name, wdef)
+    tasks, data = [], {}
+    for rec in records:
+        if rec.task_key in data or rec.workload not in defs:
+            continue
+        task = rebuild_task(defs[rec.workload], dict(rec.args), rec.task_key)
+        if task is None:
+            raise SystemExit(f"--log {path}: {rec.workload}{rec.args} no longer builds "
+                             "the task its records were measured on")
+        cands = [Candidate.from_json(c) for c in
+                 {r.candidate_key: r.candidate for r in records if r.task_key == task.key}
+                 .values()]
+        inputs = [MeasureInput(task, target, c, None) for c in cands]
+        tasks.append(task)
+        data[task.key] = list(zip(cands, measurer.measure(inputs)))
+    if len(tasks) < 2:
+        raise SystemExit(f"--log {path}: {len(tasks)} task(s); holding out needs 2")
+    return tasks, data
 
 
 def pairwise_accuracy(scores, lat) -> float:
@@ -274,6 +313,8 @@ def main() -> int:
                     "logs/bench_cost_model_records[_SHAPES].jsonl)")
     ap.add_argument("--out", default="logs/bench_cost_model.json")
     ap.add_argument("--db", help="SQLite file of tuning records: hold out each of its tasks")
+    ap.add_argument("--log", help="`db export` JSON-lines log replayed by the simulated "
+                    "measurer: hold out each of its tasks")
     ap.add_argument("--remeasure", metavar="CACHE",
                     help="measure the same candidates again into CACHE (JSON lines) and "
                     "report how well that second session orders the first: the ceiling")
@@ -285,7 +326,9 @@ def main() -> int:
         suffix = "" if args.shapes == "small" else f"_{args.shapes}"
         args.cache = f"logs/bench_cost_model_records{suffix}.jsonl"
     make_space = space_factory(args.space)
-    if args.db:
+    if args.log:
+        tasks, data = logged_tasks(args.log, target)
+    elif args.db:
         tasks, data = database_tasks(args.db)
     else:
         wdef = load_op_file(str(ROOT / "examples" / "matmul.py"))["matmul"]
@@ -307,7 +350,8 @@ def main() -> int:
           f"ours+psf {1e3 * feats.seconds[True]:.2f}")
     failures = sum(1 for t in tasks for _, r in data[t.key] if not r.ok)
     provenance.write_json(args.out, {
-        "space": args.space, "shapes": None if args.db else args.shapes, "db": args.db,
+        "space": args.space, "shapes": None if args.db or args.log else args.shapes,
+        "db": args.db, "log": args.log,
         "tasks": [t.name for t in tasks], "per_task": args.per_task, "local": args.local,
         "failures": failures, "feature_ms": {k: 1e3 * v for k, v in feats.seconds.items()},
         "summary": summary, "rows": rows}, stamp)

@@ -38,11 +38,11 @@ def op_files() -> list[str]:
 
 def database_groups(db_url: str, report=None) -> list:
     """(task, target, [(candidate, result), ...]) per task of this machine's usable llvm
-    records in `db_url` (see cost_model.transfer.groups_from_database)."""
-    from cost_model.transfer import groups_from_database
+    records in `db_url` (see autosched.training_data.groups_from_database)."""
     from search_space import SPACE_VERSION
 
     from autosched.db import open_database
+    from autosched.training_data import groups_from_database
     from autosched.versions import current_versions
 
     db = open_database(db_url, create=False)
