@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import random
 
-from .analysis import (analyse, blocks, computes_conditionally, output_dtype, param_buffers,
+from ..analysis import (analyse, blocks, computes_conditionally, output_dtype, param_buffers,
                        vector_lanes)
-from .cpu_check import check_stack
-from .cpu_common import CpuParams, consumer_chain, inline_candidates
-from .cpu_packing import find_pack_plan
-from .cpu_rows import RowSketch, row_depth
-from .cpu_tiling import TilePlan, TileSketch
-from .decisions import Decider
-from .sketch import DefaultSketch
+from .limits import check_stack
+from .common import CpuParams, consumer_chain, inline_candidates
+from .packing import find_pack_plan
+from .reduction import RowSketch, row_depth
+from .tiling import TilePlan, TileSketch
+from ..decisions import Decider
+from ..sketch import DefaultSketch
 
 def cpu_params(task, target) -> CpuParams:
     """Vector lanes of the task's dtype and the cores of the target (a TargetSpec)."""
@@ -106,7 +106,7 @@ class CpuRules:
         return [DefaultSketch()] + [s for s in found if _applies(task, s)]
 
     def check(self, mod, target):
-        """None when the module's stack buffers fit (see `cpu_check`)."""
+        """None when the module's stack buffers fit (see `limits.py`)."""
         return check_stack(mod)
 
 

@@ -8,10 +8,10 @@ vectorised along their inner loop.
 """
 from __future__ import annotations
 
-from .analysis import BlockAnalysis, blocks, loop_kinds
-from .cpu_common import (CpuParams, annotate_unroll, inline_producers, unchecked,
+from ..analysis import BlockAnalysis, blocks, loop_kinds
+from .common import (CpuParams, annotate_unroll, inline_producers, unchecked,
                          vector_width, vectorize_inner)
-from .decisions import Decider
+from ..decisions import Decider
 
 
 def vector_widths(extent: int, params: CpuParams) -> tuple[int, ...]:

@@ -16,12 +16,12 @@ candidates (or another target's limits) are held to.
 """
 from __future__ import annotations
 
-from .analysis import block_info
-from .cuda_analysis import (REDUCE, SPATIAL, footprint_bytes, innermost_var_position,
+from ..analysis import block_info
+from .analysis import (REDUCE, SPATIAL, footprint_bytes, innermost_var_position,
                             loop_kinds, loop_positions, read_indices, reads)
-from .cuda_common import UNROLL_STEPS, annotate_unroll
-from .cuda_limits import GpuLimits
-from .decisions import Decider, divisors
+from .common import UNROLL_STEPS, annotate_unroll
+from .limits import GpuLimits
+from ..decisions import Decider, divisors
 
 MAX_REGISTER_TILE = 64   # accumulators per thread (virtual threads included)
 

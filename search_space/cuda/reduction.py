@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import block_info
-from .cuda_analysis import REDUCE, SPATIAL, classify, loop_kinds, loop_positions
-from .cuda_common import (UNROLL_STEPS, annotate_unroll, bind_unbound, inline_spatial,
+from ..analysis import block_info
+from .analysis import REDUCE, SPATIAL, classify, loop_kinds, loop_positions
+from .common import (UNROLL_STEPS, annotate_unroll, bind_unbound, inline_spatial,
                           spatial_outer, thread_options)
-from .cuda_ir import free_vars
-from .cuda_limits import GpuLimits
-from .decisions import Decider, InvalidCandidate
+from .ir import free_vars
+from .limits import GpuLimits
+from ..decisions import Decider, InvalidCandidate
 
 
 def _row_thread_options(limits: GpuLimits, work: int) -> list[int]:

@@ -11,12 +11,12 @@ Sketches (each schedules every block of the task, so every candidate is valid CU
 """
 from __future__ import annotations
 
-from .cuda_analysis import classify
-from .cuda_common import DefaultGpuSketch, SimpleGpuSketch, bind_unbound, inline_spatial
-from .cuda_limits import GpuLimits, check_module
-from .cuda_reduction import FusedRowReductionSketch, RowReductionSketch, cross_thread, fusion_plan
-from .cuda_tiling import can_tile, tile_block
-from .decisions import Decider
+from .analysis import classify
+from .common import DefaultGpuSketch, SimpleGpuSketch, bind_unbound, inline_spatial
+from .limits import GpuLimits, check_module
+from .reduction import FusedRowReductionSketch, RowReductionSketch, cross_thread, fusion_plan
+from .tiling import can_tile, tile_block
+from ..decisions import Decider
 
 
 class TiledGpuSketch:

@@ -4,10 +4,10 @@ block, unroll annotations; and the two sketches built only from them: `default`
 inlining, with the thread count and unroll depth as decisions)."""
 from __future__ import annotations
 
-from .analysis import blocks
-from .cuda_analysis import SPATIAL, classify, loop_kinds
-from .cuda_limits import GpuLimits
-from .decisions import Decider
+from ..analysis import blocks
+from .analysis import SPATIAL, classify, loop_kinds
+from .limits import GpuLimits
+from ..decisions import Decider
 
 DEFAULT_THREADS = 256
 UNROLL_STEPS = (0, 16, 64, 512)

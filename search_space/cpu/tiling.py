@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import BlockAnalysis
-from .cpu_common import (CpuParams, annotate_unroll, finish_root_blocks, fold_chain,
+from ..analysis import BlockAnalysis
+from .common import (CpuParams, annotate_unroll, finish_root_blocks, fold_chain,
                          inline_producers, unchecked, vector_tile, vectorize_inner)
-from .cpu_packing import PackPlan, pack_operand
-from .decisions import Decider, divisors
+from .packing import PackPlan, pack_operand
+from ..decisions import Decider, divisors
 
 # Reductions up to this many steps in all are never blocked for the caches.
 _SHORT_REDUCTION = 64

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import analyse, blocks, is_spatial_block, loop_kinds, loops_bound
-from .decisions import Decider
+from ..analysis import analyse, blocks, is_spatial_block, loop_kinds, loops_bound
+from ..decisions import Decider
 
 UNROLL_STEPS = (0, 16, 64, 512)
 
