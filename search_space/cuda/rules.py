@@ -2,41 +2,22 @@
 against the target's limits.
 
 Sketches (each schedules every block of the task, so every candidate is valid CUDA):
-- `default`: each block fused, split and bound as written (no decisions);
-- `simple`: elementwise producers inlined, thread count and unroll depth decided;
-- `tile`: multi-level tiling with shared-memory staging for reductions with data
-  reuse (matmul, convolution, batch matmul), when the task has one;
-- `rows` / `rows_fused`: cross-thread reduction for row reductions (softmax, norms),
-  as separate kernels or fused into the output kernel, when the task has them.
+- `default` (`common.py`): each block fused, split and bound as written (no decisions);
+- `simple` (`common.py`): elementwise producers inlined, thread count and unroll depth
+  decided;
+- `tile` (`tiling.py`): multi-level tiling with shared-memory staging for reductions
+  with data reuse (matmul, convolution, batch matmul), when the task has one;
+- `rows` / `rows_fused` (`reduction.py`): cross-thread reduction for row reductions
+  (softmax, norms), as separate kernels or fused into the output kernel, when the task
+  has them.
 """
 from __future__ import annotations
 
 from .analysis import classify
-from .common import DefaultGpuSketch, SimpleGpuSketch, bind_unbound, inline_spatial
+from .common import DefaultGpuSketch, SimpleGpuSketch, inline_spatial
 from .limits import GpuLimits, check_module
-from .reduction import FusedRowReductionSketch, RowReductionSketch, cross_thread, fusion_plan
-from .tiling import can_tile, tile_block
-from ..decisions import Decider
-
-
-class TiledGpuSketch:
-    """Multi-level tiling of the reductions with data reuse; row reductions get a
-    cross-thread kernel; the remaining elementwise blocks are inlined or bound."""
-
-    name = "tile"
-
-    def __init__(self, limits: GpuLimits):
-        self.limits = limits
-
-    def apply(self, sch, decide: Decider) -> None:
-        roles = classify(sch)
-        for name in roles.tiled:
-            if can_tile(sch, sch.get_sblock(name)):
-                tile_block(sch, name, decide, self.limits)
-        inline_spatial(sch, roles.spatial)
-        for name in roles.rows:
-            cross_thread(sch, name, decide, self.limits)
-        bind_unbound(sch, self.limits, decide)
+from .reduction import FusedRowReductionSketch, RowReductionSketch, fusion_plan
+from .tiling import TiledGpuSketch, can_tile
 
 
 class CudaRules:
