@@ -10,11 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-
-def expr_dtype(e) -> str:
-    """Expression dtype; TVM 0.27 exposes it as `ty`, older releases as `dtype`."""
-    return str(e.ty) if hasattr(e, "ty") else str(e.dtype)
-
+from search_space.tir import expr_dtype
 
 _BINARY = (
     "Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max",

@@ -38,9 +38,6 @@ class Task:
     flops: float
     key: str
     canonical: str = field(repr=False, default="")
-    # the same computation written another way, that a schedule may choose instead:
-    # {"fast_math": PrimFunc with vectorisable exp / tanh} (see fast_math.py)
-    variants: dict = field(repr=False, default_factory=dict)
     # the workload definition it was made from (other shapes of it are rebuilt from it
     # to learn from their records); None for a task read back from JSON
     definition: Any = field(repr=False, default=None)
@@ -57,12 +54,6 @@ class Task:
         import tvm
 
         return tvm.IRModule({"main": self.func})
-
-    def variant_mod(self, name: str):
-        """The IRModule of a variant of the computation (KeyError when it has none)."""
-        import tvm
-
-        return tvm.IRModule({"main": self.variants[name]})
 
     @property
     def arg_specs(self) -> tuple[TensorSpec, ...]:

@@ -164,7 +164,6 @@ def make_task(wdef: WorkloadDef, args: dict) -> Task:
         flops=_flops(func),
         key=task_key(canonical, args),
         canonical=canonical,
-        variants=_variants(wdef, args, canonical, func),
         definition=wdef,
     )
 
@@ -190,20 +189,6 @@ def _build(wdef: WorkloadDef, args: dict) -> tuple[list, list]:
         raise UserError(f"workload '{wdef.name}' must return input placeholders first "
                         "and at least one computed output last")
     return inputs, outputs
-
-
-def _variants(wdef: WorkloadDef, args: dict, canonical: str, func) -> dict:
-    """{"fast_math": PrimFunc} when the computation calls float32 exp or tanh."""
-    import tvm_ffi
-    from tvm import te
-
-    from .fast_math import math_variant
-
-    if not any(f'["call","tirx.{op}","float32"' in canonical for op in ("exp", "tanh")):
-        return {}
-    inputs, outputs = math_variant(lambda: _build(wdef, args))
-    fast = te.create_prim_func(inputs + outputs).with_attr("global_symbol", "main")
-    return {} if tvm_ffi.structural_equal(fast, func) else {"fast_math": fast}
 
 
 def _spec(t) -> TensorSpec:

@@ -1,4 +1,6 @@
-"""What rule writers need to know about the blocks of a task's PrimFunc.
+"""What rule writers need to know about a block beyond its iteration kinds: each buffer
+access dimension by dimension, whether its loops bind its iteration variables one to
+one, which loops carry a reduction, and whether its value has a branch in it.
 
 Rules never look for blocks by name: they ask these functions what a block is
 (a contraction with data reuse, an elementwise stage, a row reduction, ...) and
@@ -7,69 +9,8 @@ which iteration variables each buffer access uses.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
-# SBlock iter_type codes (tvm.tirx.IterVar): data parallel and commutative reduction.
-_SPATIAL, _REDUCE = 0, 2
-
-
-@dataclass(frozen=True)
-class BlockInfo:
-    name: str
-    spatial: tuple[int, ...]   # extents of spatial (data-parallel) iter vars
-    reduce: tuple[int, ...]    # extents of reduction iter vars
-    other: int                 # iter vars of any other kind (opaque, ...)
-    is_output: bool
-
-    @property
-    def is_reduction(self) -> bool:
-        return bool(self.reduce)
-
-    @property
-    def is_spatial(self) -> bool:
-        return not self.reduce and not self.other
-
-
-def _extent(dom) -> int:
-    return int(dom.extent)
-
-
-def block_info(sch, block) -> BlockInfo:
-    """Iteration structure of one block (`sch.get(block)` is the s_tir SBlock)."""
-    stmt = sch.get(block)
-    spatial, reduce, other = [], [], 0
-    for iv in stmt.iter_vars:
-        kind = int(iv.iter_type)
-        if kind == _SPATIAL:
-            spatial.append(_extent(iv.dom))
-        elif kind == _REDUCE:
-            reduce.append(_extent(iv.dom))
-        else:
-            other += 1
-    outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root_block(sch))}
-    return BlockInfo(stmt.name_hint, tuple(spatial), tuple(reduce), other,
-                     stmt.name_hint in outputs)
-
-
-def root_block(sch):
-    return sch.get_sblock("root") if _has_root(sch) else None
-
-
-def _has_root(sch) -> bool:
-    try:
-        sch.get_sblock("root")
-        return True
-    except Exception:
-        return False
-
-
-def blocks(sch) -> list:
-    """The task's blocks in program order (children of the root block)."""
-    return list(sch.get_child_blocks(root_block(sch)))
-
-
-# ---------------------------------------------------------------- access analysis
-
+from .blocks import ITER_REDUCE, ITER_SPATIAL, output_names
 
 @dataclass(frozen=True)
 class IterVar:
@@ -213,23 +154,17 @@ def loops_bound(sch, block) -> bool:
     return _loops_bound(sch, block, sch.get(block))
 
 
-def is_spatial_block(sch, block) -> bool:
-    """All iter vars data parallel (cheaper than `analyse(...).is_spatial`)."""
-    return all(int(iv.iter_type) == _SPATIAL for iv in sch.get(block).iter_vars)
-
-
 def analyse(sch, block) -> BlockAnalysis:
     """Iter vars, accesses and loop binding of one block of the schedule."""
     stmt = sch.get(block)
-    kinds = {_SPATIAL: "S", _REDUCE: "R"}
-    iters = tuple(IterVar(iv.var.name, kinds.get(int(iv.iter_type), "O"), _extent(iv.dom))
+    kinds = {ITER_SPATIAL: "S", ITER_REDUCE: "R"}
+    iters = tuple(IterVar(iv.var.name, kinds.get(int(iv.iter_type), "O"), int(iv.dom.extent))
                   for iv in stmt.iter_vars)
     names = {v.name for v in iters}
     reads = tuple(_access(r, i, names) for i, r in enumerate(stmt.reads))
     writes = tuple(_access(w, i, names) for i, w in enumerate(stmt.writes))
-    outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root_block(sch))}
     return BlockAnalysis(stmt.name_hint, iters, reads, writes,
-                         _loops_bound(sch, block, stmt), stmt.name_hint in outputs)
+                         _loops_bound(sch, block, stmt), stmt.name_hint in output_names(sch))
 
 
 _CHILDREN = ("a", "b", "value", "args", "condition", "true_value", "false_value")
@@ -261,62 +196,6 @@ def param_buffers(sch) -> set[str]:
     return {buf.name for buf in func.params}
 
 
-def output_dtype(task) -> str:
-    return task.outputs[-1].dtype if task.outputs else "float32"
-
-
-# Vector register width by -mcpu for x86. TVM's LLVM query reports the width of
-# the machine it runs on for every x86 -mcpu, so a cross target needs the table.
-_X86_BITS = {
-    **dict.fromkeys(("skylake-avx512", "cascadelake", "cooperlake", "cannonlake",
-                     "icelake-client", "icelake-server", "tigerlake", "rocketlake",
-                     "sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d",
-                     "znver4", "znver5", "knl", "knm", "x86-64-v4"), 512),
-    **dict.fromkeys(("haswell", "broadwell", "skylake", "alderlake", "raptorlake",
-                     "meteorlake", "arrowlake", "lunarlake", "gracemont", "znver1", "znver2",
-                     "znver3", "x86-64-v3", "core-avx2", "sandybridge", "ivybridge",
-                     "corei7-avx", "core-avx-i", "bdver1", "bdver2", "bdver3", "bdver4",
-                     "btver2"), 256),
-    **dict.fromkeys(("x86-64", "x86-64-v2", "core2", "nehalem", "westmere", "corei7",
-                     "penryn", "silvermont", "goldmont", "btver1"), 128),
-}
-
-
-def _bits_from_mattr(mattr) -> int | None:
-    feats = {f.strip() for f in (mattr.split(",") if isinstance(mattr, str) else mattr or ())}
-    if "+avx512f" in feats:
-        return 512
-    if feats & {"+avx", "+avx2"}:
-        return 256
-    return None
-
-
-@lru_cache(maxsize=16)
-def _vector_bits(target_key: str) -> int:
-    import json
-
-    config = json.loads(target_key)
-    bits = _bits_from_mattr(config.get("mattr")) or _X86_BITS.get(str(config.get("mcpu", "")))
-    if bits:
-        return bits
-    import tvm
-    from tvm.target import codegen
-
-    try:
-        bits = int(codegen.llvm_get_vector_width(tvm.target.Target(config)))
-    except Exception:  # an LLVM without this query: assume 128-bit SIMD
-        bits = 128
-    return bits if bits > 0 else 128
-
-
-def vector_lanes(target, dtype: str = "float32") -> int:
-    """SIMD lanes of `dtype` on `target` (a TargetSpec): 16 fp32 lanes on AVX-512."""
-    import tvm
-
-    width = tvm.DataType(dtype).bits
-    return max(1, _vector_bits(target.key) // max(8, width))
-
-
 def loop_kinds(sch, block) -> list[str]:
     """For each loop around `block`: "S" when only spatial iter vars depend on it,
     "R" when a reduction (or other) iter var does, "-" when none does."""
@@ -330,7 +209,7 @@ def loop_kinds(sch, block) -> list[str]:
         kind = "-"
         for iv, val in zip(stmt.iter_vars, realize.iter_values):
             if any(v.same_as(var) for v in undefined_vars(val)):
-                if int(iv.iter_type) != _SPATIAL:
+                if int(iv.iter_type) != ITER_SPATIAL:
                     kind = "R"
                     break
                 kind = "S"

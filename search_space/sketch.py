@@ -8,11 +8,15 @@ from .decisions import Decider
 
 class Sketch(Protocol):
     """A schedule with open decisions. `apply` must be deterministic given the decider's
-    answers: the same decisions always give the same schedule. A sketch with a true
-    `math_variants` attribute also schedules the task's fast-math form when the
-    `fast_math` decision picks it (SearchSpace decides that before `apply`)."""
+    answers: the same decisions always give the same schedule.
+
+    A sketch with `math_variants` true also schedules the task's fast-math form (see
+    `fast_math.py`) when the `fast_math` decision picks it; SearchSpace makes that
+    decision before `apply`, for tasks that call float32 exp or tanh. Rule sets'
+    sketches subclass this class and so inherit the default, False."""
 
     name: str
+    math_variants: bool = False
 
     def apply(self, sch, decide: Decider) -> None:  # sch: tvm.s_tir.Schedule
         ...
@@ -29,7 +33,7 @@ class RuleSet(Protocol):
         ...
 
 
-class DefaultSketch:
+class DefaultSketch(Sketch):
     """The unscheduled computation: always a candidate, so tuning never returns a kernel
     slower than the default build (on CPU; GPU rule sets provide their own default)."""
 

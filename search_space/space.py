@@ -6,6 +6,7 @@ import random
 
 from .candidate import Candidate
 from .decisions import Decider, InvalidCandidate
+from .fast_math import fast_math_form
 from .sketch import RuleSet, Sketch
 
 SPACE_VERSION = "3"
@@ -13,6 +14,7 @@ _MAX_SAMPLE_TRIES = 32
 
 
 def _rule_sets() -> dict[str, RuleSet]:
+    """The one table from target kind to rule set (imported when first asked for)."""
     from . import cpu, cuda
 
     return {"llvm": cpu.RULES, "cuda": cuda.RULES}
@@ -30,6 +32,8 @@ class SearchSpace:
         self.sketches: dict[str, Sketch] = {s.name: s for s in rules.sketches(task, target)}
         if not self.sketches:
             raise ValueError(f"no sketch applies to {task.name} on {target.kind}")
+        # the computation with vectorisable float32 exp / tanh, None when it has neither
+        self._fast_func = fast_math_form(task.func)
         # Sketches found to make no decision have exactly one candidate; random sampling
         # skips them once seen (the tuner measures the default candidate first anyway).
         self._fixed: set[str] = set()
@@ -48,11 +52,14 @@ class SearchSpace:
 
     def _program(self, sketch: Sketch, decide: Decider):
         """The computation a sketch schedules: the task's own, or for a sketch that takes
-        variants (`math_variants`) and a task that has one, the fast-math form when the
-        `fast_math` decision says so (same blocks, vectorisable exp / tanh)."""
-        if getattr(sketch, "math_variants", False) and "fast_math" in self.task.variants:
+        variants (`math_variants`) and a task that calls float32 exp or tanh, the
+        fast-math form when the `fast_math` decision says so (same blocks, vectorisable
+        exp / tanh)."""
+        if self._fast_func is not None and sketch.math_variants:
             if decide.choice("fast_math", (False, True)):
-                return self.task.variant_mod("fast_math")
+                import tvm
+
+                return tvm.IRModule({"main": self._fast_func})
         return self.task.mod
 
     def _sketch(self, name: str) -> Sketch:

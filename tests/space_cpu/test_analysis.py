@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from search_space.analysis import analyse, blocks, loop_kinds, vector_lanes
-from search_space.cpu_packing import find_pack_plan, packed_index
+from search_space.analysis import analyse, loop_kinds
+from search_space.blocks import blocks
+from search_space.cpu.lanes import vector_lanes
+from search_space.cpu.packing import find_pack_plan, packed_index
 
 from .conftest import small_task
 

@@ -16,12 +16,16 @@ def test_sampled_candidates_match_numpy(case, target):
     args = inputs_for(task)
     want = reference(case, args)
     rng = random.Random(101)
-    checked = 0
+    built = []
     for sketch in sorted(space.sketches):
         for _ in range(1 if sketch == "default" else 2):
             cand, mod = space.sample(rng, sketch)
+            assert cand.sketch == sketch
             got = run_module(mod, target, args, task.outputs[-1])
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4,
                                        err_msg=cand.dumps())
-            checked += 1
-    assert checked == 1 + 2 * (len(space.sketches) - 1)
+            built.append(cand)
+    # every sketch the case is known to offer was built and checked, each non-default
+    # one from two distinct candidates
+    assert sorted(space.sketches) == sorted(CASES[case][4])
+    assert len(set(built)) == len(built) == 1 + 2 * (len(CASES[case][4]) - 1)

@@ -1,16 +1,21 @@
-"""Vectorisable exp / tanh: stated accuracy, special values, and the `fast_math` decision
-that schedules a task's fast form while the task itself stays the exact computation."""
+"""Vectorisable exp / tanh: stated accuracy, special values, the rewrite that makes a
+task's fast form (a TIR rewrite: nothing process-wide is patched), and the `fast_math`
+decision that schedules it while the task itself stays the exact computation."""
 from __future__ import annotations
 
 import os
+import random
 
 import numpy as np
 import pytest
 
 import autosched
-from autosched.fast_math import fast_exp, fast_tanh
 from autosched.task import TensorSpec
-from search_space import Candidate
+from autosched.workload import WorkloadDef, make_task
+from search_space import Candidate, SearchSpace
+from search_space.decisions import ChoiceDecision
+from search_space.fast_math import fast_exp, fast_math_form, fast_tanh
+from search_space.sketch import Sketch
 
 from .conftest import ROOT, inputs_for, reference, run_module, small_space, small_task
 
@@ -67,21 +72,113 @@ def test_fast_tanh_relative_error_and_special_values(target):
     assert np.isnan(s[18])
 
 
-def test_tasks_get_a_fast_form_only_for_float32_exp_or_tanh():
+def _library() -> tuple:
     from tvm import te, tirx
 
-    library = (te.exp, te.tanh, tirx.exp, tirx.tanh)
+    return (te.exp, te.tanh, tirx.exp, tirx.tanh)
+
+
+def _calls(func, name: str) -> int:
+    return func.script().count(f"T.{name}(")
+
+
+def test_tasks_get_a_fast_form_only_for_float32_exp_or_tanh(target):
+    library = _library()
     path = os.path.join(ROOT, "examples", "softmax.py")
     (soft32,) = autosched.load_tasks(path, ["softmax"], ["M=8", "N=16"])
     (soft64,) = autosched.load_tasks(path, ["softmax"], ["M=8", "N=16", "dtype=float64"])
     (norm,) = autosched.load_tasks(path, ["layer_norm"], ["M=8", "N=16"])
-    assert list(soft32.variants) == ["fast_math"]
-    assert soft64.variants == {} and norm.variants == {}
-    assert small_task("dense_gelu").variants.keys() == {"fast_math"}       # tanh
-    assert small_task("matmul").variants == {}
-    # the fast form is a variant: the task, its key and its reference stay exact
-    assert "tirx.exp" in soft32.canonical
-    assert (te.exp, te.tanh, tirx.exp, tirx.tanh) == library               # restored
+    fast = fast_math_form(soft32.func)
+    assert _calls(soft32.func, "exp") == 1 and _calls(fast, "exp") == 0
+    assert fast_math_form(soft64.func) is None and fast_math_form(norm.func) is None
+    gelu = small_task("dense_gelu").func                                     # tanh
+    assert _calls(gelu, "tanh") == 1 and _calls(fast_math_form(gelu), "tanh") == 0
+    assert fast_math_form(small_task("matmul").func) is None
+    # the fast form is a decision of the space: the task, its key and its reference
+    # stay exact, and only a task with a fast form gets the decision
+    assert "tirx.exp" in soft32.canonical and _calls(soft32.func, "exp") == 1
+    spaces = {t: SearchSpace(t, target, _Rules(_Recording())) for t in (soft32, norm)}
+    specs = {t: spaces[t].decision_specs(spaces[t].sample(random.Random(0))[0])
+             for t in spaces}
+    assert specs[soft32] == {"fast_math": ChoiceDecision((False, True))}
+    assert specs[norm] == {}
+    assert _library() == library
+
+
+def _softmax_func(exp):
+    """The softmax of examples/softmax.py (8 x 16) written with `exp`."""
+    from tvm import te
+
+    x = te.placeholder((8, 16), name="x")
+    k1 = te.reduce_axis((0, 16), name="k1")
+    row_max = te.compute((8,), lambda i: te.max(x[i, k1], axis=k1), name="row_max")
+    e = te.compute((8, 16), lambda i, j: exp(x[i, j] - row_max[i]), name="exp")
+    k2 = te.reduce_axis((0, 16), name="k2")
+    row_sum = te.compute((8,), lambda i: te.sum(e[i, k2], axis=k2), name="row_sum")
+    y = te.compute((8, 16), lambda i, j: e[i, j] / row_sum[i], name="softmax")
+    return te.create_prim_func([x, y]).with_attr("global_symbol", "main")
+
+
+def test_the_rewrite_is_the_computation_written_with_the_fast_forms():
+    import tvm_ffi
+    from tvm import te
+
+    assert tvm_ffi.structural_equal(fast_math_form(_softmax_func(te.exp)),
+                                    _softmax_func(fast_exp))
+    assert tvm_ffi.structural_equal(fast_math_form(_softmax_func(te.tanh)),
+                                    _softmax_func(fast_tanh))
+
+
+class _Recording(Sketch):
+    """Schedules nothing; records the library functions while it is applied."""
+
+    name = "record"
+    math_variants = True
+
+    def __init__(self):
+        self.seen: list[tuple] = []
+
+    def apply(self, sch, decide) -> None:
+        self.seen.append(_library())
+
+
+class _Rules:
+    def __init__(self, sketch):
+        self.sketch = sketch
+
+    def sketches(self, task, target):
+        return [self.sketch]
+
+    def check(self, mod, target):
+        return None
+
+
+def test_the_library_exp_and_tanh_are_untouched_during_and_after(target):
+    """The workload is built once, with the library functions; the fast form is
+    scheduled with them in place, and they are the same afterwards."""
+    from tvm import te
+
+    library = _library()
+    built = []
+
+    def gelu_exp(M=8, N=16):
+        built.append(_library())
+        x = te.placeholder((M, N), name="x")
+        y = te.compute((M, N), lambda i, j: te.exp(te.tanh(x[i, j])), name="y")
+        return x, y
+
+    task = make_task(WorkloadDef("gelu_exp", gelu_exp, {"M": 8, "N": 16}), {"M": 8, "N": 16})
+    sketch = _Recording()
+    space = SearchSpace(task, target, _Rules(sketch))
+    mod = space.apply(Candidate.make("record", {"fast_math": True}))
+    assert _calls(mod["main"], "exp") == _calls(mod["main"], "tanh") == 0
+    assert _calls(task.func, "exp") == _calls(task.func, "tanh") == 1
+    assert built == [library]
+    assert sketch.seen == [library]
+    assert _library() == library
+    x = np.linspace(-5, 5, 128, dtype=np.float32).reshape(8, 16)
+    got = run_module(mod, target, [x], task.outputs[-1])
+    np.testing.assert_allclose(got, np.exp(np.tanh(x)), rtol=2e-6)
 
 
 @pytest.mark.parametrize("fast", [False, True])

@@ -106,7 +106,7 @@ def test_other_invalid_candidates(target):
 
 def test_vector_axis_tiles_are_whole_vectors(target):
     """The register tile's vector axis is a whole number of SIMD vectors."""
-    from search_space.analysis import vector_lanes
+    from search_space.cpu.lanes import vector_lanes
 
     lanes = vector_lanes(target)
     space = small_space("matmul", target)

@@ -198,8 +198,9 @@ def _program(src, launches, buffers, intermediate_bytes, outputs, workdir) -> st
 
 
 def _launch_dims(mod, target):
-    from search_space.cuda_ir import iter_nodes, lower_for_check
-    from search_space.cuda_limits import kernel_usage
+    from search_space.cuda.limits import kernel_usage
+    from search_space.cuda.lowering import lower_for_check
+    from search_space.tir import iter_nodes
 
     func = lower_for_check(mod, target.tvm())
     dims = []

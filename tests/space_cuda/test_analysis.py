@@ -21,7 +21,7 @@ def _schedule(task):
     ("layer_norm", (), ("total", "sq"), ("mean", "var")),
 ])
 def test_classify_roles(tasks, workload, tiled, rows, spatial):
-    from search_space.cuda_analysis import classify
+    from search_space.cuda.analysis import classify
 
     roles = classify(_schedule(tasks[workload]))
     assert (roles.tiled, roles.rows, roles.spatial) == (tiled, rows, spatial)
@@ -30,7 +30,7 @@ def test_classify_roles(tasks, workload, tiled, rows, spatial):
 def test_roles_do_not_depend_on_block_names():
     """The same computation under other names gets the same roles."""
     from autosched.workload import WorkloadDef, make_task
-    from search_space.cuda_analysis import classify
+    from search_space.cuda.analysis import classify
 
     def renamed(M=64, N=32, K=16):
         a = te.placeholder((M, K), name="lhs")
@@ -46,7 +46,7 @@ def test_roles_do_not_depend_on_block_names():
 
 
 def test_loop_kinds_and_positions(tasks):
-    from search_space.cuda_analysis import REDUCE, SPATIAL, loop_kinds, loop_positions
+    from search_space.cuda.analysis import REDUCE, SPATIAL, loop_kinds, loop_positions
 
     sch = _schedule(tasks["conv2d"])
     conv = sch.get_sblock("conv")
@@ -59,7 +59,7 @@ def test_loop_kinds_and_positions(tasks):
 
 def test_footprint_counts_halo_and_both_inputs(tasks):
     """conv tile n=1, f=4, y=2, x=8, c=3, r=3, s=3: pad 1*3*(2+2)*(8+2) + weight 4*3*3*3."""
-    from search_space.cuda_analysis import footprint_bytes
+    from search_space.cuda.analysis import footprint_bytes
 
     sch = _schedule(tasks["conv2d"])
     conv = sch.get_sblock("conv")
@@ -68,7 +68,7 @@ def test_footprint_counts_halo_and_both_inputs(tasks):
 
 
 def test_matmul_footprint(tasks):
-    from search_space.cuda_analysis import footprint_bytes
+    from search_space.cuda.analysis import footprint_bytes
 
     sch = _schedule(tasks["matmul"])
     c = sch.get_sblock("C")
@@ -76,9 +76,9 @@ def test_matmul_footprint(tasks):
 
 
 def test_fusion_plan_for_softmax_and_layer_norm(tasks):
-    from search_space.cuda_analysis import classify
-    from search_space.cuda_common import inline_spatial
-    from search_space.cuda_reduction import FusionPlan, fusion_plan
+    from search_space.cuda.analysis import classify
+    from search_space.cuda.common import inline_spatial
+    from search_space.cuda.reduction import FusionPlan, fusion_plan
 
     for workload, out, reds in [("softmax", "softmax", ("row_max", "row_sum")),
                                 ("layer_norm", "layer_norm", ("total", "sq"))]:
@@ -90,7 +90,7 @@ def test_fusion_plan_for_softmax_and_layer_norm(tasks):
 def test_no_fusion_for_column_reduction():
     """A reduction over the first axis is not indexed by a prefix of the output's loops."""
     from autosched.workload import WorkloadDef, make_task
-    from search_space.cuda_reduction import fusion_plan
+    from search_space.cuda.reduction import fusion_plan
 
     def colnorm(M=64, N=32):
         x = te.placeholder((M, N), name="x")

@@ -28,8 +28,8 @@ def test_too_many_threads(tasks, cuda_target):
     from tvm.s_tir.analysis import verify_gpu_code
 
     from search_space.cuda import RULES
-    from search_space.cuda_ir import lower_for_check
-    from search_space.cuda_limits import GpuLimits
+    from search_space.cuda.lowering import lower_for_check
+    from search_space.cuda.limits import GpuLimits
 
     mod = _bind_flat(tasks["matmul"], "C", 2048).mod
     assert RULES.check(mod, cuda_target) == (
@@ -67,8 +67,8 @@ def test_shared_memory_limit(space_of, distinct_samples, cuda_target):
 def test_shared_bytes_match_tvm_allocation_count(space_of, distinct_samples, cuda_target):
     from tvm.s_tir.analysis import calculate_allocated_bytes
 
-    from search_space.cuda_ir import lower_for_check
-    from search_space.cuda_limits import kernel_usage
+    from search_space.cuda.lowering import lower_for_check
+    from search_space.cuda.limits import kernel_usage
 
     for workload in ("matmul", "depthwise_conv2d"):
         for _, mod in distinct_samples(space_of(workload), 4, seed=6, sketch="tile"):

@@ -75,8 +75,8 @@ def test_decisions_are_named_after_blocks_and_variables(space_of, distinct_sampl
 
 
 def _kernels(mod, target):
-    from search_space.cuda_ir import lower_for_check
-    from search_space.cuda_limits import kernel_usage
+    from search_space.cuda.lowering import lower_for_check
+    from search_space.cuda.limits import kernel_usage
 
     return kernel_usage(lower_for_check(mod, target.tvm()))
 
@@ -99,7 +99,7 @@ def test_kernel_count(space_of, distinct_samples, cuda_target, workload, sketch,
 def test_tiles_fit_the_target_by_construction(space_of, distinct_samples, cuda_target, workload):
     """Tile samples stay within threads, shared memory and virtual threads, and stage
     inputs in shared memory with a register accumulator."""
-    from search_space.cuda_limits import max_vthreads
+    from search_space.cuda.limits import max_vthreads
 
     for cand, mod in distinct_samples(space_of(workload), 25, seed=1, sketch="tile"):
         (k,) = _kernels(mod, cuda_target)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import block_info
-from .cuda_analysis import REDUCE, SPATIAL, classify, loop_kinds, loop_positions
-from .cuda_common import (UNROLL_STEPS, annotate_unroll, bind_unbound, inline_spatial,
-                          spatial_outer, thread_options)
-from .cuda_ir import free_vars
-from .cuda_limits import GpuLimits
-from .decisions import Decider, InvalidCandidate
+from ..blocks import block_info
+from ..decisions import Decider, InvalidCandidate
+from ..sketch import Sketch
+from ..tir import free_vars
+from .analysis import REDUCE, SPATIAL, classify, loop_kinds, loop_positions
+from .common import (UNROLL_STEPS, annotate_unroll, bind_unbound, inline_spatial,
+                     spatial_outer, thread_options)
+from .limits import GpuLimits
 
 
 def _row_thread_options(limits: GpuLimits, work: int) -> list[int]:
@@ -110,7 +111,7 @@ def fusion_plan(sch) -> FusionPlan | None:
     return FusionPlan(outs[0], p, tuple(reversed(group)))
 
 
-class RowReductionSketch:
+class RowReductionSketch(Sketch):
     """Each row reduction its own cross-thread kernel; everything else inlined or bound."""
 
     name = "rows"
@@ -126,7 +127,7 @@ class RowReductionSketch:
         bind_unbound(sch, self.limits, decide)
 
 
-class FusedRowReductionSketch:
+class FusedRowReductionSketch(Sketch):
     """The row reductions computed per row inside the output kernel (one kernel)."""
 
     name = "rows_fused"

@@ -8,10 +8,12 @@ vectorised along their inner loop.
 """
 from __future__ import annotations
 
-from .analysis import BlockAnalysis, blocks, loop_kinds
-from .cpu_common import (CpuParams, annotate_unroll, inline_producers, unchecked,
-                         vector_width, vectorize_inner)
-from .decisions import Decider
+from ..analysis import BlockAnalysis, loop_kinds
+from ..blocks import blocks
+from ..decisions import Decider
+from ..sketch import Sketch
+from .common import (CpuParams, annotate_unroll, inline_candidates, inline_producers,
+                     unchecked, vector_width, vectorize_inner)
 
 
 def vector_widths(extent: int, params: CpuParams) -> tuple[int, ...]:
@@ -35,7 +37,7 @@ def row_depth(infos: list[BlockAnalysis], out: BlockAnalysis) -> int:
     return min([lead] + [len(i.spatial) for i in infos if i.name != out.name])
 
 
-class RowSketch:
+class RowSketch(Sketch):
     """Parallel rows, every stage computed at the row, vectorised inner loops."""
 
     name = "rows"
@@ -105,3 +107,14 @@ class RowSketch:
         sch.vectorize(ordered[-1])  # before decomposing: the update alone is no reduction
         init = sch.decompose_reduction(block, ordered[0])
         vectorize_inner(sch, init, self.params, keep=1)
+
+
+def row_sketches(sch, infos, params: CpuParams) -> list[RowSketch]:
+    """`rows` for a program of row reductions and elementwise stages with one output
+    that has an outer loop to parallelise and an inner one to vectorise."""
+    outs = [i for i in infos if i.is_output]
+    if len(outs) != 1 or not all(i.loops_bound for i in infos):
+        return []
+    if any(i.is_contraction for i in infos) or row_depth(infos, outs[0]) < 1:
+        return []
+    return [RowSketch(tuple(infos), inline_candidates(sch), params)]

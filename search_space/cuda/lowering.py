@@ -1,52 +1,7 @@
-"""Reading TIR for the CUDA rules: a generic node walk (TVM 0.27 exposes no Python
-post-order visitor for TIR), the free variables of an expression, and the lowering
-prefix that turns a scheduled module into per-kernel TIR without splitting host and
-device code."""
+"""The CUDA lowering the limit check reads: the prefix of the build's passes that turns
+a scheduled module into per-kernel TIR without splitting host and device code, and the
+kernel launches in its result."""
 from __future__ import annotations
-
-import tvm_ffi
-
-_SKIP_FIELDS = frozenset({"span"})
-
-
-def _fields(obj):
-    info = getattr(type(obj), "__tvm_ffi_type_info__", None)
-    while info is not None:
-        for f in info.fields:
-            if f.name not in _SKIP_FIELDS:
-                yield f.name
-        info = info.parent_type_info
-
-
-def iter_nodes(root):
-    """Every TIR object reachable from `root`, pre-order (containers are walked into,
-    not yielded). Iterative, so deep loop nests cannot overflow Python's stack."""
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (tvm_ffi.Array, list, tuple)):
-            stack.extend(reversed(list(node)))
-            continue
-        if isinstance(node, tvm_ffi.Map):
-            stack.extend(reversed(list(node.values())))
-            continue
-        if not isinstance(node, tvm_ffi.Object):
-            continue
-        yield node
-        children = []
-        for name in _fields(node):
-            try:
-                children.append(getattr(node, name))
-            except AttributeError:
-                continue
-        stack.extend(reversed(children))
-
-
-def free_vars(expr) -> list:
-    """The variables an expression uses (TIR `Var`s, deduplicated, in first-use order)."""
-    from tvm import tirx
-
-    return list(tirx.analysis.undefined_vars(expr))
 
 
 def is_kernel_launch(node) -> bool:

@@ -4,10 +4,11 @@ block, unroll annotations; and the two sketches built only from them: `default`
 inlining, with the thread count and unroll depth as decisions)."""
 from __future__ import annotations
 
-from .analysis import blocks
-from .cuda_analysis import SPATIAL, classify, loop_kinds
-from .cuda_limits import GpuLimits
-from .decisions import Decider
+from ..blocks import blocks
+from ..decisions import Decider
+from ..sketch import Sketch
+from .analysis import SPATIAL, classify, loop_kinds
+from .limits import GpuLimits
 
 DEFAULT_THREADS = 256
 UNROLL_STEPS = (0, 16, 64, 512)
@@ -101,7 +102,7 @@ def bind_unbound(sch, limits: GpuLimits, decide: Decider | None) -> None:
         bind_block(sch, b, threads, unroll)
 
 
-class DefaultGpuSketch:
+class DefaultGpuSketch(Sketch):
     """The computation as written, made valid CUDA: each block is one kernel with its
     spatial loops spread over blocks of DEFAULT_THREADS threads. No decisions."""
 
@@ -114,7 +115,7 @@ class DefaultGpuSketch:
         bind_unbound(sch, self.limits, None)
 
 
-class SimpleGpuSketch:
+class SimpleGpuSketch(Sketch):
     """Elementwise producers inlined, then each block bound like the default with its
     thread count and unroll depth as decisions."""
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import block_info, blocks
-from .cuda_ir import free_vars, iter_nodes
+from ..blocks import block_info, blocks
+from ..tir import free_vars, iter_nodes
 
 SPATIAL, REDUCE, OTHER = "S", "R", "X"
 

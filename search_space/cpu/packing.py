@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import BlockAnalysis
+from ..analysis import BlockAnalysis
 
 
 @dataclass(frozen=True)

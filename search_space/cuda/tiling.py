@@ -16,12 +16,14 @@ candidates (or another target's limits) are held to.
 """
 from __future__ import annotations
 
-from .analysis import block_info
-from .cuda_analysis import (REDUCE, SPATIAL, footprint_bytes, innermost_var_position,
-                            loop_kinds, loop_positions, read_indices, reads)
-from .cuda_common import UNROLL_STEPS, annotate_unroll
-from .cuda_limits import GpuLimits
-from .decisions import Decider, divisors
+from ..blocks import block_info
+from ..decisions import Decider, divisors
+from ..sketch import Sketch
+from .analysis import (REDUCE, SPATIAL, classify, footprint_bytes, innermost_var_position,
+                       loop_kinds, loop_positions, read_indices, reads)
+from .common import UNROLL_STEPS, annotate_unroll, bind_unbound, inline_spatial
+from .limits import GpuLimits
+from .reduction import cross_thread
 
 MAX_REGISTER_TILE = 64   # accumulators per thread (virtual threads included)
 
@@ -38,6 +40,26 @@ def can_tile(sch, block) -> bool:
     kinds = loop_kinds(sch, block)
     return (REDUCE in kinds and all(k in (SPATIAL, REDUCE) for k in kinds)
             and None not in loop_positions(sch, block))
+
+
+class TiledGpuSketch(Sketch):
+    """Multi-level tiling of the reductions with data reuse; row reductions get a
+    cross-thread kernel; the remaining elementwise blocks are inlined or bound."""
+
+    name = "tile"
+
+    def __init__(self, limits: GpuLimits):
+        self.limits = limits
+
+    def apply(self, sch, decide: Decider) -> None:
+        roles = classify(sch)
+        for name in roles.tiled:
+            if can_tile(sch, sch.get_sblock(name)):
+                tile_block(sch, name, decide, self.limits)
+        inline_spatial(sch, roles.spatial)
+        for name in roles.rows:
+            cross_thread(sch, name, decide, self.limits)
+        bind_unbound(sch, self.limits, decide)
 
 
 def _spatial_factors(sch, block, decide: Decider, limits: GpuLimits, name: str, dims) -> dict:

@@ -1,4 +1,4 @@
-"""Vectorisable float32 exp and tanh, and the task variant that uses them.
+"""Vectorisable float32 exp and tanh, and the rewrite that puts them into a computation.
 
 On the CPU, TVM lowers `exp` (and `tanh`, through exp) to calls of the C library's
 scalar `expf`, one element at a time, even inside a vectorised loop: softmax spends most
@@ -13,15 +13,17 @@ reinterpretation, so a vectorised loop stays vectorised:
 * tanh(x) = x - x^3/3 + 2x^5/15 - 17x^7/315 + 62x^9/2835 for |x| < 0.3, else
   sign(x) (1 - 2 / (1 + exp(2|x|))): relative error 2.5e-7 measured, 1e-6 tested.
 
-`math_variant(build)` builds a task's computation again with these in place of `te.exp`
-and `te.tanh` (workloads call them through the `tvm.te` / `tvm.tirx` modules), so the
-search can choose it as a schedule decision while the task (its key and reference)
-stays the exact computation. Other dtypes keep the library functions.
+`fast_math_form(func)` rewrites a task's PrimFunc, replacing every call of `exp` and
+`tanh` on a float32 argument with these forms, so the search can choose it as a
+schedule decision (`fast_math`) while the task (its key and reference) stays the exact
+computation. Other dtypes keep the library functions. Nothing outside the function is
+touched: `te.exp`, `tirx.exp` and the rest stay what they are.
 """
 from __future__ import annotations
 
-import contextlib
 import math
+
+from .tir import expr_dtype
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 0.693145751953125            # 11 significant bits: k * _LN2_HI is exact
@@ -29,12 +31,6 @@ _LN2_LO = 1.4286068203094172e-06       # ln 2 - _LN2_HI
 _EXP_LO, _EXP_HI = -86.6, 88.72283     # 2^(k-1) stays a normal float in between
 _TANH_SMALL = 0.3
 _TANH_SERIES = (1.0, -1.0 / 3, 2.0 / 15, -17.0 / 315, 62.0 / 2835)
-
-
-def _is_f32(x) -> bool:
-    from .canonical import expr_dtype
-
-    return expr_dtype(x) == "float32"
 
 
 def _f32(v):
@@ -57,7 +53,9 @@ def fast_exp(x):
     bits = (k.astype("int32") + tirx.const(126, "int32")) << tirx.const(23, "int32")
     scaled = p * tirx.reinterpret("float32", bits) * _f32(2.0)    # 2^k = 2^(k-1) * 2
     out = tirx.Select(x < _f32(_EXP_LO), _f32(0.0), scaled)
-    out = tirx.Select(x > _f32(_EXP_HI), _f32(math.inf), out)
+    # `HI < x` is what te.create_prim_func makes of `x > HI`: written so, the rewrite
+    # gives exactly the function of a workload that calls fast_exp itself
+    out = tirx.Select(_f32(_EXP_HI) < x, _f32(math.inf), out)
     return tirx.Select(tirx.isnan(x), x, out)                      # NaN in, NaN out
 
 
@@ -78,36 +76,24 @@ def fast_tanh(x):
     return tirx.Select(tirx.isnan(x), x, out)
 
 
-@contextlib.contextmanager
-def _fast_calls():
-    """`te.exp` / `te.tanh` (and their tvm.tirx twins) build the fast forms for float32
-    arguments while the block runs."""
+_FAST_FORMS = {"tirx.exp": fast_exp, "tirx.tanh": fast_tanh}
+
+
+def fast_math_form(func):
+    """`func` (a PrimFunc) with its float32 `exp` / `tanh` calls replaced by `fast_exp` /
+    `fast_tanh`, or None when it has none (the fast form would be the same function)."""
     import tvm
-    from tvm import te, tirx
+    import tvm_ffi
 
-    saved = {(mod, name): getattr(mod, name) for mod in (te, tirx) for name in ("exp", "tanh")}
-    fast = {"exp": fast_exp, "tanh": fast_tanh}
+    replaced = []
 
-    def wrap(name):
-        library = saved[(tirx, name)]
+    def rewrite(call):
+        fast = _FAST_FORMS.get(str(call.op.name)) if isinstance(call.op, tvm.ir.Op) else None
+        if fast is None or len(call.args) != 1 or expr_dtype(call.args[0]) != "float32":
+            return call
+        replaced.append(call)
+        return fast(call.args[0])
 
-        def call(x, *args, **kwargs):
-            x = tvm.runtime.convert(x) if isinstance(x, (int, float)) else x
-            return fast[name](x) if _is_f32(x) and not args and not kwargs else \
-                library(x, *args, **kwargs)
-        return call
-
-    try:
-        for mod, name in saved:
-            setattr(mod, name, wrap(name))
-        yield
-    finally:
-        for (mod, name), fn in saved.items():
-            setattr(mod, name, fn)
-
-
-def math_variant(build):
-    """`build()` run with the fast forms in place of `te.exp` / `te.tanh` (a workload
-    that reaches exp otherwise builds the same computation as without)."""
-    with _fast_calls():
-        return build()
+    # post-order: a call's argument is rewritten before the call (exp(tanh(x)))
+    fast = tvm_ffi.structural_map(func, ((tvm.ir.Call, rewrite),), order="post")
+    return fast if replaced else None

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .analysis import BlockAnalysis
-from .cpu_common import (CpuParams, annotate_unroll, finish_root_blocks, fold_chain,
-                         inline_producers, unchecked, vector_tile, vectorize_inner)
-from .cpu_packing import PackPlan, pack_operand
-from .decisions import Decider, divisors
+from ..analysis import BlockAnalysis, computes_conditionally, param_buffers
+from ..decisions import Decider, divisors
+from ..sketch import Sketch
+from .common import (CpuParams, annotate_unroll, consumer_chain, finish_root_blocks,
+                     fold_chain, inline_candidates, inline_producers, unchecked, vector_tile,
+                     vectorize_inner)
+from .packing import PackPlan, find_pack_plan, pack_operand
 
 # Reductions up to this many steps in all are never blocked for the caches.
 _SHORT_REDUCTION = 64
@@ -38,7 +40,7 @@ class TilePlan:
         return self.info.name
 
 
-class TileSketch:
+class TileSketch(Sketch):
     """SSRSRS tiling of every contraction block of the task; the rest is inlined,
     fused, or parallelised and vectorised at the root."""
 
@@ -58,6 +60,51 @@ class TileSketch:
         for plan in self.plans:
             done |= tile_block(sch, decide, plan, self.params)
         finish_root_blocks(sch, self.params, done)
+
+
+def tile_sketches(sch, infos, params: CpuParams) -> list[TileSketch]:
+    """`tile` for a task with contraction blocks, and `tile_pack` when an operand of
+    one is worth packing (`sch` is the unscheduled program, `infos` its blocks)."""
+    found = []
+    for name, packed in (("tile", False), ("tile_pack", True)):
+        plans = _tile_plans(sch, infos, packed)
+        if plans:
+            keep = frozenset(p.block for p in plans).union(*(p.chain for p in plans),
+                                                          _branchy_inputs(sch, plans))
+            found.append(TileSketch(name, plans, inline_candidates(sch, keep), params))
+    return found
+
+
+def _tile_plans(sch, infos, packed: bool) -> tuple[TilePlan, ...] | None:
+    params = param_buffers(sch)
+    plans = []
+    for info in infos:
+        if not (info.is_contraction and info.loops_bound):
+            continue
+        pack = find_pack_plan(info, params) if packed else None
+        # unpacked, the vector axis must stream through every operand as it is
+        vec = pack.iter if pack else next((v.name for v in reversed(info.spatial)
+                                           if v.extent > 1 and info.streams(v.name)), None)
+        if vec is None:
+            continue
+        chain = consumer_chain(sch, sch.get_sblock(info.name))
+        plans.append(TilePlan(info, vec, pack, chain))
+    if not plans or (packed and not any(p.pack for p in plans)):
+        return None
+    return tuple(plans)
+
+
+def _branchy_inputs(sch, plans) -> set[str]:
+    """Producers with a branch (padding) read along a plan's vector axis: inlined,
+    every vector load would carry the branch, so they are never inlined there."""
+    out = set()
+    for plan in plans:
+        along = {a.buffer for a in plan.info.reads if plan.vec_iter in a.iters()}
+        for producer in sch.get_producers(sch.get_sblock(plan.block)):
+            stmt = sch.get(producer)
+            if stmt.writes[0].source.name in along and computes_conditionally(sch, producer):
+                out.add(stmt.name_hint)
+    return out
 
 
 def _decide_tiles(decide: Decider, info, plan: TilePlan, params: CpuParams) -> dict:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .cuda_ir import iter_nodes, is_kernel_launch, kernel_roots, lower_for_check
+from ..tir import iter_nodes
+from .lowering import is_kernel_launch, kernel_roots, lower_for_check
 
 # What every NVIDIA GPU since Kepler allows; the target config can only tighten the
 # per-block totals (max_num_threads, max_shared_memory_per_block).

@@ -1,0 +1,4 @@
+"""The CPU (llvm) rule set: `RULES` (see `rules.py`)."""
+from .rules import RULES
+
+__all__ = ["RULES"]

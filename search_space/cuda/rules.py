@@ -1,0 +1,47 @@
+"""CUDA rules: which sketches a task gets on a GPU, and the check of a scheduled module
+against the target's limits.
+
+Sketches (each schedules every block of the task, so every candidate is valid CUDA):
+- `default` (`common.py`): each block fused, split and bound as written (no decisions);
+- `simple` (`common.py`): elementwise producers inlined, thread count and unroll depth
+  decided;
+- `tile` (`tiling.py`): multi-level tiling with shared-memory staging for reductions
+  with data reuse (matmul, convolution, batch matmul), when the task has one;
+- `rows` / `rows_fused` (`reduction.py`): cross-thread reduction for row reductions
+  (softmax, norms), as separate kernels or fused into the output kernel, when the task
+  has them.
+"""
+from __future__ import annotations
+
+from .analysis import classify
+from .common import DefaultGpuSketch, SimpleGpuSketch, inline_spatial
+from .limits import GpuLimits, check_module
+from .reduction import FusedRowReductionSketch, RowReductionSketch, fusion_plan
+from .tiling import TiledGpuSketch, can_tile
+
+
+class CudaRules:
+    """The CUDA rule set (see the module docstring)."""
+
+    def sketches(self, task, target) -> list:
+        from tvm import s_tir
+
+        limits = GpuLimits.of(target)
+        out = [DefaultGpuSketch(limits), SimpleGpuSketch(limits)]
+        sch = s_tir.Schedule(task.mod)
+        roles = classify(sch)
+        if any(can_tile(sch, sch.get_sblock(n)) for n in roles.tiled):
+            out.append(TiledGpuSketch(limits))
+        if roles.rows:
+            out.append(RowReductionSketch(limits))
+            inline_spatial(sch, roles.spatial)
+            if fusion_plan(sch) is not None:
+                out.append(FusedRowReductionSketch(limits))
+        return out
+
+    def check(self, mod, target) -> str | None:
+        """None when every kernel of `mod` fits the target's limits, else the reason."""
+        return check_module(mod, target)
+
+
+RULES = CudaRules()
