@@ -24,7 +24,7 @@ def cuda_source(exe) -> str:
     raise RuntimeError("the built module holds no CUDA kernel")
 
 
-def _first_error(text: str) -> str:
+def first_error_line(text: str) -> str:
     """The first line that names an error (nvcc prints the whole source first)."""
     lines = text.splitlines()
     tail = lines[next((i for i, ln in enumerate(lines) if ln.startswith("Compilation error:")),
@@ -65,7 +65,7 @@ def compile_candidate(mod, target) -> tuple[bool, str, float]:
         with tvm_target:
             cubin = nvcc.compile_cuda(src, target_format="cubin", arch=arch, compiler="nvcc")
     except Exception as e:  # nvcc rejected the generated source
-        return False, "nvcc: " + _first_error(str(e)), time.perf_counter() - start
+        return False, "nvcc: " + first_error_line(str(e)), time.perf_counter() - start
     if not cubin:
         return False, "nvcc: empty cubin", time.perf_counter() - start
     return True, "", time.perf_counter() - start

@@ -19,7 +19,6 @@ PROJECT = ("autosched", "search_space", "cost_model")
 # protocol needs. Anything else is duck typing on our own objects: give the interface the
 # attribute instead.
 ALLOWED_DUCK_TYPING = {
-    "autosched/canonical.py": {"e": "TVM expression nodes: PrimExpr has .ty, older .dtype"},
     "autosched/exporting.py": {"obj": "JSON fallback for the user's callables"},
     "autosched/measure/reference.py": {"ml_dtypes": "the dtype module of a third party"},
     "autosched/measure/worker.py": {"importlib.import_module(module_name)":
@@ -34,10 +33,14 @@ ALLOWED_DUCK_TYPING = {
     "autosched/torch/reference.py": {"module": "the user's reference module",
                                      "override": "the user's reference function"},
     "autosched/runtime/memeff/functions.py": {"weight": "a cache on a torch tensor"},
-    "autosched/runtime/module_tree.py": {"module": "torch nn.Module hook dicts",
-                                         "parent": "torch nn.Module children"},
-    "autosched/runtime/library_modules.py": {"parent": "torch nn.Module children"},
-    "autosched/runtime/layers.py": {"parent": "torch nn.Module children"},
+    "autosched/runtime/module_tree.py": {"module": "torch nn.Module hook dicts"},
+    "search_space/analysis.py": {"stmt": "TVM statement nodes", "expr": "TVM expression nodes"},
+    "search_space/cpu/common.py": {"self._sch": "TVM's Schedule class and its methods",
+                                   "attr": "a TVM Schedule method's type-checking wrapper"},
+    "search_space/cpu/limits.py": {"stmt": "TVM statement nodes"},
+    "search_space/cuda/limits.py": {"node": "TVM expression nodes"},
+    "search_space/tir.py": {"obj": "TVM FFI type info", "node": "TVM IR node fields",
+                            "e": "TVM expression nodes: PrimExpr has .ty, older .dtype"},
     "cost_model/ir_walk.py": {"e": "TVM expression nodes", "e.op": "TVM call targets",
                               "s": "TVM statement nodes"},
 }

@@ -48,12 +48,12 @@ def test_unscheduled_module_is_a_build_failure_not_a_traceback(tasks, cuda_targe
 
 
 def test_first_error_line_skips_the_source_dump():
-    from autosched.measure.nvcc import _first_error
+    from autosched.measure.nvcc import first_error_line
 
     text = ("extern \"C\" __global__ void k() {\n  int error_count = 0;\n}\n"
             "Compilation error:\n/tmp/x/tvm_kernels.cu(3): error: identifier \"foo\" is "
             "undefined\n1 error detected in the compilation of \"/tmp/x/tvm_kernels.cu\".\n")
-    assert _first_error(text) == 'tvm_kernels.cu(3): error: identifier "foo" is undefined'
+    assert first_error_line(text) == 'tvm_kernels.cu(3): error: identifier "foo" is undefined'
 
 
 @needs_nvcc
