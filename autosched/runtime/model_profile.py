@@ -148,28 +148,15 @@ def signature(module, call) -> str:
 
 def applicable_actions(module, trace, allow_offload: bool) -> list[str]:
     """The actions that mean something for this layer (keep and recompute always do)."""
-    has_ln = bool(swappable(module, ("layer_norm",)))
-    has_gelu = bool(swappable(module, ("gelu",)))
-    has_core = bool(attention_cores(module, trace))
-    names = ["keep", "recompute"]
-    if has_ln:
-        names.append("memeff_ln")
-    if has_gelu:
-        names.append("memeff")
-    if has_core:
-        names.append("recompute_attention")
-        if has_ln:
-            names.append("recompute_attention+memeff_ln")
-        if has_gelu:
-            names.append("recompute_attention+memeff")
+    forms = [name for name, kinds in (("memeff_ln", ("layer_norm",)), ("memeff", ("gelu",)))
+             if swappable(module, kinds)]  # the memory-efficient forms this layer has
+    names = ["keep", "recompute"] + forms
+    if attention_cores(module, trace):
+        names += ["recompute_attention"] + [f"recompute_attention+{f}" for f in forms]
     if trace.names() & COMPUTE_HEAVY:
         names.append("selective")
     if allow_offload:
-        names.append("offload")
-        if has_ln:
-            names.append("offload+memeff_ln")
-        if has_gelu:
-            names.append("offload+memeff")
+        names += ["offload"] + [f"offload+{f}" for f in forms]
     return names
 
 
