@@ -9,7 +9,6 @@ import math
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-
 from typing import Callable
 
 from search_space import SPACE_VERSION, Candidate, SearchSpace, generate_space
@@ -31,9 +30,9 @@ from .versions import current_versions
 class TaskState:
     """What the loop knows about one task during a run."""
 
-    task: object
-    space: object
-    strategy: object
+    task: object  # Task
+    space: SearchSpace
+    strategy: SearchStrategy
     measured: set[str]
     best_latency: float = math.inf
     best_record: object = None
