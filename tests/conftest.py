@@ -46,6 +46,16 @@ def matmul_space(synthetic):
 
 
 @pytest.fixture(scope="session")
+def tiny_task():
+    """The 64^3 matmul of the tiny, fully measured space (tests/support/tiny_space.py)."""
+    from autosched.workload import load_tasks
+    from support import tiny_space
+
+    return load_tasks(str(EXAMPLES / "matmul.py"), None,
+                      [f"{k}={v}" for k, v in tiny_space.SHAPE.items()])[0]
+
+
+@pytest.fixture(scope="session")
 def examples_dir() -> Path:
     return EXAMPLES
 

@@ -59,6 +59,7 @@ def test_tune_records_every_trial_and_exports_a_correct_kernel(tmp_path, example
     np.testing.assert_allclose(args[2].numpy(), a @ b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_rerun_resumes_and_measures_nothing_twice(tmp_path, examples_dir):
     from autosched import tune
 
@@ -88,6 +89,7 @@ def _count(db_path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_kill_9_keeps_completed_records_and_a_rerun_resumes(tmp_path, examples_dir, cli):
     db_path = tmp_path / "k.db"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))

@@ -42,6 +42,7 @@ def team_urls(pg_server):
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_reader_exports_the_tuned_kernels_without_measuring(team_urls, tmp_path):
     owner, reader = team_urls
     tuned = _autosched("tune", MATMUL, *SMALL, "--trials", "6", "--db", owner,
@@ -70,6 +71,7 @@ def test_reader_exports_the_tuned_kernels_without_measuring(team_urls, tmp_path)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.slow
 def test_four_concurrent_tuning_runs_all_finish_with_all_records(backend, tmp_path, request):
     if backend == "sqlite":
         url = f"sqlite:///{tmp_path}/shared.db"

@@ -17,15 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 LOG = str(ROOT / tiny_space.LOG)
 
 
-@pytest.fixture(scope="module")
-def tiny_task():
-    from autosched.workload import load_tasks
-
-    (task,) = load_tasks(str(ROOT / "examples" / "matmul.py"), None,
-                         [f"{k}={v}" for k, v in tiny_space.SHAPE.items()])
-    return task
-
-
 def test_every_logged_measurement_replays_as_it_was_recorded(tiny_task, target):
     records = read_records(LOG)
     sim = SimulatedMeasurer.from_log(LOG)

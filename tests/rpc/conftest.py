@@ -43,14 +43,16 @@ def key():
 
 
 @pytest.fixture(scope="session")
-def settings():
+def farm_settings():
+    """Measurement settings for the farm: short run limits, builds given a loaded machine."""
     from autosched.measure import MeasureSettings
 
     return MeasureSettings(**FAST)
 
 
 @pytest.fixture(scope="session")
-def matmul_task():
+def matmul64():
+    """The 64^3 fp32 matmul of examples/matmul.py (the farm tests' task)."""
     from autosched.workload import load_tasks
 
     return load_tasks(str(ROOT / "examples" / "matmul.py"),

@@ -7,6 +7,8 @@ import os
 import threading
 import time
 
+import pytest
+
 from autosched.config import TuneConfig
 from autosched.db import open_database
 from autosched.measure import MeasureSettings
@@ -55,20 +57,21 @@ def _records(url, task):
         return db.records(task_key=task.key)
 
 
-def test_killing_one_server_mid_run_loses_nothing(farm, key, settings, matmul_task, tmp_path):
+@pytest.mark.slow
+def test_killing_one_server_mid_run_loses_nothing(farm, key, farm_settings, matmul64, tmp_path):
     victim, survivor = farm.add_servers(key, 2)
     # every timing takes >= 0.3 s a repeat, so a session lasts long enough to be cut
-    slow = dataclasses.replace(settings, min_repeat_ms=300)
+    slow = dataclasses.replace(farm_settings, min_repeat_ms=300)
     config = TuneConfig(target="llvm", trials=TRIALS, db_url=f"sqlite:///{tmp_path}/t.db",
                         runner=farm.url(key), work_dir=str(tmp_path / "work"),
                         batch_size=16, measure=slow)
     killer = Killer(farm, [victim], [victim, survivor], after=6)
     with make_measurer(slow, config.runner, config.work_dir) as measurer:
-        result = tune_tasks([matmul_task], config, measurer=measurer)
+        result = tune_tasks([matmul64], config, measurer=measurer)
     killer.join(timeout=5)
     assert killer.killed_at is not None
     assert result.stopped is None and result.trials == TRIALS
-    records = _records(config.database_url, matmul_task)
+    records = _records(config.database_url, matmul64)
     assert len(records) == TRIALS
     assert len({r.candidate_key for r in records}) == TRIALS
     # the candidate cut off with its server was measured again on the survivor
@@ -97,7 +100,8 @@ def _tune_cli(farm, key, tmp_path, trials, min_repeat_ms=MeasureSettings.min_rep
                             text=True, cwd=str(tmp_path))
 
 
-def test_killing_every_server_stops_cleanly_and_a_rerun_resumes(farm, key, matmul_task,
+@pytest.mark.slow
+def test_killing_every_server_stops_cleanly_and_a_rerun_resumes(farm, key, matmul64,
                                                                  tmp_path):
     servers = farm.add_servers(key, 2)
     url = f"sqlite:///{tmp_path}/t.db"
@@ -119,7 +123,7 @@ def test_killing_every_server_stops_cleanly_and_a_rerun_resumes(farm, key, matmu
     assert "the records so far are saved, rerun to continue" in lines[0]
     assert "Traceback" not in err
     assert stopped_at - killer.killed_at < 8.0  # within one session timeout (--run-timeout)
-    first = _records(url, matmul_task)
+    first = _records(url, matmul64)
     assert 0 < len(first) < TRIALS
     assert len({r.candidate_key for r in first}) == len(first)
     done = int(lines[0].split("stopped after ")[1].split(" of ")[0])
@@ -129,7 +133,7 @@ def test_killing_every_server_stops_cleanly_and_a_rerun_resumes(farm, key, matmu
     proc = _tune_cli(farm, key, tmp_path, TRIALS - len(first))
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err
-    records = _records(url, matmul_task)
+    records = _records(url, matmul64)
     assert len(records) == TRIALS
     assert len({r.candidate_key for r in records}) == TRIALS
     assert {r.candidate_key for r in first} <= {r.candidate_key for r in records}

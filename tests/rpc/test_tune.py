@@ -13,10 +13,10 @@ TRIALS = 32
 BUILD_SIDE = ("build_error", "build_timeout", "invalid")
 
 
-def _config(farm, key, settings, tmp_path, **kw) -> TuneConfig:
+def _config(farm, key, farm_settings, tmp_path, **kw) -> TuneConfig:
     return TuneConfig(target="llvm", trials=TRIALS, db_url=f"sqlite:///{tmp_path}/tune.db",
                       runner=farm.url(key), work_dir=str(tmp_path / "work"), batch_size=16,
-                      measure=settings, **kw)
+                      measure=farm_settings, **kw)
 
 
 def _replay_matches_numpy(task, target, record) -> bool:
@@ -35,26 +35,26 @@ def _replay_matches_numpy(task, target, record) -> bool:
 
 
 def test_32_trials_through_two_servers_are_all_recorded_and_correct(
-        farm, pool, settings, matmul_task, tmp_path):
+        farm, pool, farm_settings, matmul64, tmp_path):
     key, servers = pool
-    config = _config(farm, key, settings, tmp_path)
-    with make_measurer(settings, config.runner, config.work_dir) as measurer:
-        result = tune_tasks([matmul_task], config, measurer=measurer)
+    config = _config(farm, key, farm_settings, tmp_path)
+    with make_measurer(farm_settings, config.runner, config.work_dir) as measurer:
+        result = tune_tasks([matmul64], config, measurer=measurer)
     runner = measurer.runner
     assert result.stopped is None
     assert result.trials == TRIALS
     with open_database(config.database_url) as db:
-        records = db.records(task_key=matmul_task.key)
+        records = db.records(task_key=matmul64.key)
     assert len(records) == TRIALS
     assert len({r.candidate_key for r in records}) == TRIALS
     ok = [r for r in records if r.ok]
     for r in records:
         assert r.ok or (r.result.error_kind in BUILD_SIDE and r.result.error_msg), r.result
-    assert all(len(r.latencies) == settings.repeat for r in (x.result for x in ok))
+    assert all(len(r.latencies) == farm_settings.repeat for r in (x.result for x in ok))
     assert runner.concurrency == 2
     assert runner.stats == {"measured": len(ok)}  # nothing lost, nothing retried
     assert sorted(runner.servers_used) == sorted(s.address for s in servers)  # both worked
     assert sum(runner.servers_used.values()) == len(ok) >= TRIALS // 2
     # the runner's check passed them; an independent rebuild agrees for a sample
     for record in ok[::4]:
-        assert _replay_matches_numpy(matmul_task, result.target, record), record.candidate
+        assert _replay_matches_numpy(matmul64, result.target, record), record.candidate

@@ -33,7 +33,7 @@ def library(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def kernels(library):
+def fused(library):
     return rt.memeff_library_kernels(library)
 
 
@@ -43,8 +43,8 @@ def _case(rows, width, seed=0):
     return x, torch.randn(rows, width, generator=g)
 
 
-def test_fused_backward_matches_the_stated_tolerance(kernels):
-    kernel = kernels["gelu"]
+def test_fused_backward_matches_the_stated_tolerance(fused):
+    kernel = fused["gelu"]
     assert kernel.id.startswith("memeff_gelu_grad#") and "unrecorded" not in kernel.id
     x, grad = _case(ROWS, WIDTH)
     y, mask = kernel.forward(x, "none")
@@ -59,8 +59,8 @@ def test_fused_backward_matches_the_stated_tolerance(kernels):
     torch.testing.assert_close(got, gelu_backward(grad, y, mask, "none"), rtol=1e-4, atol=1e-4)
 
 
-def test_shapes_and_variants_the_library_lacks_run_torch(kernels):
-    kernel = kernels["gelu"]
+def test_shapes_and_variants_the_library_lacks_run_torch(fused):
+    kernel = fused["gelu"]
     for rows, width, approximate in ((ROWS + 1, WIDTH, "none"), (ROWS, WIDTH, "tanh")):
         x, grad = _case(rows, width, seed=1)
         y, mask = gelu_forward(x, approximate)
@@ -68,25 +68,25 @@ def test_shapes_and_variants_the_library_lacks_run_torch(kernels):
                            gelu_backward(grad, y, mask, approximate))
 
 
-def test_three_d_activations_use_the_kernel_by_rows(kernels):
+def test_three_d_activations_use_the_kernel_by_rows(fused):
     x, grad = _case(ROWS, WIDTH, seed=2)
     y, mask = gelu_forward(x)
-    flat = kernels["gelu"].backward(grad, y, mask)
-    shaped = kernels["gelu"].backward(grad.view(2, -1, WIDTH), y.view(2, -1, WIDTH),
+    flat = fused["gelu"].backward(grad, y, mask)
+    shaped = fused["gelu"].backward(grad.view(2, -1, WIDTH), y.view(2, -1, WIDTH),
                                       mask.view(2, -1, WIDTH))
     assert shaped.shape == (2, ROWS // 2, WIDTH)
     assert torch.equal(shaped.reshape(ROWS, WIDTH), flat)
 
 
-def test_a_plan_measures_names_and_applies_the_fused_kernel(kernels, tiny_gpt, grads, bw_path):
+def test_a_plan_measures_names_and_applies_the_fused_kernel(fused, tiny_gpt, grads, bw_path):
     model, inputs, loss_fn = tiny_gpt
     plan = rt.plan(model, inputs, "80%", loss_fn, actions=["keep", "memeff"], repeats=1,
-                   bandwidth_path=bw_path, kernels=kernels)
+                   bandwidth_path=bw_path, kernels=fused)
     assert set(plan.actions) <= {"keep", "memeff"} and "memeff" in plan.actions
     for layer in plan.layers:
-        named = f"memeff_gelu={kernels['gelu'].id}" in layer.kernel
+        named = f"memeff_gelu={fused['gelu'].id}" in layer.kernel
         assert named == (layer.action == "memeff"), layer.kernel
-    planned = rt.apply(model, plan, kernels)
+    planned = rt.apply(model, plan, fused)
     measured = measure_step(planned, inputs, loss_fn, repeats=1)
     assert measured.saved_bytes == plan.predicted["saved_bytes"] <= plan.budget["bytes"]
     ref, got = grads(model, model, inputs, loss_fn), grads(model, planned, inputs, loss_fn)

@@ -8,7 +8,7 @@ from search_space.blocks import blocks
 from search_space.cpu.lanes import vector_lanes
 from search_space.cpu.packing import find_pack_plan, packed_index
 
-from .conftest import small_task
+from support.cpu_cases import small_task
 
 
 def _infos(case):
@@ -99,7 +99,7 @@ def test_vector_lanes_follow_the_target():
 def test_padding_is_conditional_and_kept_out_of_vector_loads(target):
     from search_space.analysis import computes_conditionally
 
-    from .conftest import small_space
+    from support.cpu_cases import small_space
 
     sch, (pad, _) = _infos("conv2d")
     assert computes_conditionally(sch, sch.get_sblock(pad.name))

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from .conftest import CASES, inputs_for, reference, run_module, small_space, small_task
+from support.cpu_cases import CASES, inputs_for, reference, run_module, small_space, small_task
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -17,7 +17,7 @@ from search_space.decisions import ChoiceDecision
 from search_space.fast_math import fast_exp, fast_math_form, fast_tanh
 from search_space.sketch import Sketch
 
-from .conftest import ROOT, inputs_for, reference, run_module, small_space, small_task
+from support.cpu_cases import ROOT, inputs_for, reference, run_module, small_space, small_task
 
 SPECIALS = np.array([0.0, -0.0, 1e-30, -1e-30, 0.29, 0.31, -0.31, 20.0, -20.0, 88.72,
                      88.73, -86.5, -86.7, -104.0, 1e30, -1e30, np.inf, -np.inf, np.nan],

@@ -8,9 +8,9 @@ import random
 import numpy as np
 import pytest
 
-from .conftest import inputs_for, run_module
+from support.cpu_cases import inputs_for, run_module
 
-OPS = os.path.join(os.path.dirname(__file__), "generic_ops.py")
+OPS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "generic_ops.py")
 EXPECTED = {
     "row_sum": ["default", "rows"],
     "relu": ["default", "rows"],

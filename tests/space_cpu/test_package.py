@@ -13,7 +13,7 @@ import search_space
 from autosched.target import TargetSpec, resolve_target
 from search_space import cpu, cuda, generate_space
 
-from .conftest import ROOT, small_task
+from support.cpu_cases import ROOT, small_task
 
 
 def _modules() -> list[str]:

@@ -11,7 +11,7 @@ import tvm
 from search_space import Candidate, InvalidCandidate
 from search_space.decisions import ChoiceDecision, TileDecision
 
-from .conftest import CASES, small_space
+from support.cpu_cases import CASES, small_space
 
 CASE_NAMES = sorted(CASES)
 
@@ -133,7 +133,7 @@ def test_check_rejects_big_stack_buffers(target):
 
     from search_space import generate_space
 
-    from .conftest import ROOT
+    from support.cpu_cases import ROOT
 
     (task,) = autosched.load_tasks(f"{ROOT}/examples/matmul.py", ["matmul"],
                                    ["M=1024", "N=512", "K=8"])

@@ -65,16 +65,14 @@ def distinct_samples():
 
 @pytest.fixture(scope="session")
 def cuda_emulator():
-    """The CPU emulator of generated CUDA kernels (tests/space_cuda/cuda_emulator.py)."""
-    import importlib.util
+    """The CPU emulator of generated CUDA kernels (tests/support/cuda_emulator.py)."""
     import shutil
 
     if shutil.which("g++") is None:
         pytest.skip("the CUDA emulator needs g++")
-    from support.modules import load_by_path
+    from support import cuda_emulator
 
-    return load_by_path(os.path.join(os.path.dirname(__file__), "cuda_emulator.py"),
-                        "space_cuda_emulator")
+    return cuda_emulator
 
 
 @pytest.fixture(scope="session")

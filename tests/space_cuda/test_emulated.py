@@ -1,5 +1,5 @@
 """The kernels the CUDA sketches generate compute the right values: each is run on
-the CPU by the emulator (tests/space_cuda/cuda_emulator.py) at a small shape and
+the CPU by the emulator (tests/support/cuda_emulator.py) at a small shape and
 compared with the unscheduled function built for llvm."""
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """A manifest written by `autosched export`'s own code loads, and its ops run and train."""
 from __future__ import annotations
 
-import json
 import shutil
 from types import SimpleNamespace
 

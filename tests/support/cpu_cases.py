@@ -1,11 +1,11 @@
-"""Small instances of the example operators and their numpy references."""
+"""Small instances of the example operators and their numpy references (the CPU space tests'
+cases)."""
 from __future__ import annotations
 
 import math
 import os
 
 import numpy as np
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
