@@ -104,6 +104,22 @@ class XGBRanker:
         return self._booster is not None
 
     @property
+    def boosted_rounds(self) -> int:
+        """Trees in the current model, a loaded base's included (0 while untrained)."""
+        return self._booster.num_boosted_rounds() if self._booster is not None else 0
+
+    @property
+    def boosts_saved_model(self) -> bool:
+        """Whether local trees go on top of a model loaded from disk (`load`)."""
+        return self._base is not None
+
+    def training_config(self) -> dict:
+        """XGBoost's own record of how the current trees were trained (its JSON config)."""
+        if self._booster is None:
+            return {}
+        return json.loads(self._booster.save_config())
+
+    @property
     def num_features(self) -> int:
         return len(feature_names(self.config))
 

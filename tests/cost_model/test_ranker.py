@@ -114,14 +114,14 @@ def test_updates_after_load_boost_on_top_of_the_loaded_model(tmp_path, measured,
     path = str(tmp_path / "base.json")
     _trained(measured, matmul_space).save(path)
     model = XGBRanker(rounds=7).load(path)
-    base_rounds = model._booster.num_boosted_rounds()
+    base_rounds = model.boosted_rounds
     model.update(matmul_space.task, cands[48:64], mods[48:64], results[48:64])
-    assert model._booster.num_boosted_rounds() == base_rounds + ON_BASE_ROUNDS
-    config = json.loads(model._booster.save_config())
+    assert model.boosted_rounds == base_rounds + ON_BASE_ROUNDS
+    config = model.training_config()
     assert float(config["learner"]["gradient_booster"]["tree_train_param"]["eta"]) == \
         pytest.approx(ON_BASE_ETA)  # local trees correct the base gently
     model.update(matmul_space.task, cands[64:80], mods[64:80], results[64:80])
-    assert model._booster.num_boosted_rounds() == base_rounds + ON_BASE_ROUNDS  # not stacked
+    assert model.boosted_rounds == base_rounds + ON_BASE_ROUNDS  # not stacked
 
 
 def test_load_rejects_bad_files_with_one_line(tmp_path, measured, matmul_space):

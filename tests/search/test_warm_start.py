@@ -44,8 +44,8 @@ def test_a_new_shape_starts_from_the_records_of_the_others(loop, synthetic):
     # the others' records stay training groups beside the run's own 8 measurements,
     # learned with the settings for many tasks' data, not frozen underneath
     assert model.summary["tasks"] == 3 and model.summary["rows"] == 24 + 16 + 8
-    assert model._base is None and model.rounds == TRANSFER_ROUNDS
-    assert model._booster.num_boosted_rounds() == TRANSFER_ROUNDS
+    assert not model.boosts_saved_model and model.rounds == TRANSFER_ROUNDS
+    assert model.boosted_rounds == TRANSFER_ROUNDS
     assert all(model.params[k] == v for k, v in TRANSFER_PARAMS.items())
 
 
