@@ -99,7 +99,7 @@ class EvolutionarySearch:
     def propose(self, space, n, exclude, rng):
         taken = set(exclude) | self._proposed
         visited: dict[str, tuple] = {}
-        population = self._initial(space, rng, visited)
+        population = self.initial_population(space, rng, visited)
         for _ in range(self.generations):
             if not population:
                 break
@@ -119,7 +119,9 @@ class EvolutionarySearch:
         self._best.sort(key=lambda t: (t[0], t[1]))
         del self._best[self.population:]
 
-    def _initial(self, space, rng, visited) -> list:
+    def initial_population(self, space, rng, visited: dict) -> list:
+        """The first generation: the warm-start seeds and the run's best adapted to this
+        space (at most half), then fresh samples; every member is added to `visited`."""
         parents = list(self._seeds.values()) + [c for _, _, c in self._best]
         pop = []
         for cand in parents:

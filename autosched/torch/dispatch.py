@@ -71,12 +71,13 @@ class OpKernels:
         self.reference = reference
         self.input_names = tuple(s.name for s in variants[0].entry.inputs)
         self.output_names = tuple(s.name for s in variants[0].entry.outputs)
-        self.variants = {self._key_of(v.entry): v for v in variants}
+        self.variants = {self.key_of(v.entry): v for v in variants}
         self._stream_context = stream_context
         self._fallback_logged: set = set()
 
     @staticmethod
-    def _key_of(entry: KernelEntry) -> tuple:
+    def key_of(entry: KernelEntry) -> tuple:
+        """The dispatch key of a manifest entry: its inputs' shapes and torch dtypes."""
         return tuple((s.shape, torch_dtype(s.dtype)) for s in entry.inputs)
 
     @property

@@ -103,7 +103,7 @@ def test_seeds_from_a_similar_task_are_adapted_into_this_space(synthetic, matmul
     own, _ = matmul_space.sample(rng)
     search = evolutionary(0, population=8, generations=0)
     search.seed_candidates([own, foreign, Candidate.make("nonexistent", {})])
-    population = search._initial(matmul_space, rng, {})
+    population = search.initial_population(matmul_space, rng, {})
     assert len(population) == 8 and population[0][0] == own  # seeds first, as they are
     adapted = population[1][0]
     assert adapted.sketch == "tile" and matmul_space.decision_specs(adapted)

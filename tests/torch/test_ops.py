@@ -38,7 +38,7 @@ def spy_kernel(lib, workload, dtype):
     """Record the data pointers that the workload's `dtype` kernel is called with."""
     (entry,) = _entries(lib, workload, dtype)
     kernels = at.ops.bound_kernels(workload)
-    variant = kernels.variants[kernels._key_of(entry)]
+    variant = kernels.variants[kernels.key_of(entry)]
     calls, original = [], variant.function
     object.__setattr__(variant, "function",
                        lambda *args: calls.append([t.data_ptr() for t in args]) or original(*args))
