@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 SUPERUSER = "postgres"
@@ -99,12 +100,23 @@ class PgServer:
                   "-E", "UTF8", "--locale=C", "--no-sync")
         pwfile.unlink()
         self.port = free_port()
+        self._pg_ctl_start()
+        return self
+
+    def _pg_ctl_start(self) -> None:
         opts = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
                 f"-c unix_socket_directories={self._tmp} -c max_connections=100 "
                 f"-c fsync={'on' if self.fsync else 'off'}")
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-w", "-t", "60",
                   "-l", str(Path(self._tmp) / "server.log"), "-o", opts, "start")
-        return self
+
+    def restart(self, down_seconds: float = 0.0) -> None:
+        """Kill the server as a crash would (immediate shutdown: every connection drops),
+        stay down `down_seconds`, then start it again on the same port and data."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "immediate",
+                  "-w", "stop")
+        time.sleep(down_seconds)
+        self._pg_ctl_start()
 
     def stop(self) -> None:
         if self.datadir is not None and (self.datadir / "postmaster.pid").exists():
