@@ -5,10 +5,10 @@ Several runs may share one work dir (two `autosched tune` started from the same
 folder use `logs/`). What one run writes while it measures (built libraries, worker
 logs, reference data before it is published) lives in its own folder,
 ``<work_dir>/runs/<pid>-<random>/``, which only that run removes. ``owner.json`` in it
-names the owner: host, boot, pid and the process's start time, so that a pid reused by
-another process after a crash is not taken for the owner. A later run removes the
+names the owner: host, boot, pid namespace, pid and the process's start time, so that
+a pid reused by another process after a crash is not taken for the owner. A later run removes the
 folders of owners that are gone (`remove_stale`); a folder whose owner may still live,
-or whose owner it cannot check (another host), is never touched.
+or whose owner it cannot check (another host or container), is never touched.
 """
 from __future__ import annotations
 
@@ -38,6 +38,14 @@ def boot_id() -> str | None:
     return _read("/proc/sys/kernel/random/boot_id")
 
 
+def pid_namespace() -> str | None:
+    """The pid namespace of this process (Linux): pids mean nothing across containers."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def process_start(pid: int) -> int | None:
     """When process `pid` started (clock ticks since boot, from /proc), or None when no
     such process lives (a zombie counts as gone: it runs no more code)."""
@@ -56,16 +64,21 @@ class Owner:
     start: int | None   # process_start(pid) when it made the folder; None without /proc
     host: str
     boot: str | None
+    pidns: str | None  # pid_namespace() of the owner
 
     @staticmethod
     def current() -> "Owner":
         pid = os.getpid()
-        return Owner(pid, process_start(pid), socket.gethostname(), boot_id())
+        return Owner(pid, process_start(pid), socket.gethostname(), boot_id(),
+                     pid_namespace())
 
     def gone(self) -> bool:
         """True only when the owner has surely ended: on this host, and its pid is free
-        or taken by a later process. Another host's run cannot be checked: not gone."""
+        or taken by a later process. A run on another host, or in another container
+        (pid namespace), cannot be checked: not gone."""
         if self.host != socket.gethostname():
+            return False
+        if self.pidns != pid_namespace():
             return False
         if self.boot is not None and boot_id() is not None and self.boot != boot_id():
             return True
@@ -132,14 +145,14 @@ def owner_of(folder: str) -> Owner | None:
     if text is not None:
         try:
             d = json.loads(text)
-            return Owner(int(d["pid"]), d["start"], str(d["host"]), d["boot"])
+            return Owner(int(d["pid"]), d["start"], str(d["host"]), d["boot"], d["pidns"])
         except (ValueError, KeyError, TypeError):
             pass
     pid = os.path.basename(folder).split("-", 1)[0]
     if not pid.isdigit():
         return None
     # start unknown: gone only when the pid is free, so a live writer is never removed
-    return Owner(int(pid), None, socket.gethostname(), None)
+    return Owner(int(pid), None, socket.gethostname(), None, pid_namespace())
 
 
 def remove_stale(work_dir: str) -> list[str]:

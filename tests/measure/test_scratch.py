@@ -54,7 +54,8 @@ def test_each_measurer_has_its_own_folder_and_removes_only_it(tmp_path, settings
             assert os.path.basename(m.folder.path).startswith(f"{os.getpid()}-")
             assert _marker(m.folder.path) == {
                 "pid": os.getpid(), "start": process_start(os.getpid()),
-                "host": socket.gethostname(), "boot": Owner.current().boot}
+                "host": socket.gethostname(), "boot": Owner.current().boot,
+                "pidns": os.readlink("/proc/self/ns/pid")}
         assert first.measure([inp(matmul_task, kernels.plain)])[0].ok
         first.close()
         assert not os.path.exists(first.folder.path)
@@ -123,6 +124,8 @@ def test_only_folders_whose_owner_is_surely_gone_are_removed(tmp_path):
         "dead": _fake_run(work, f"{dead.pid}-d", {**here, "pid": dead.pid}),
         "other host": _fake_run(work, f"{dead.pid}-e", {**here, "pid": dead.pid,
                                                         "host": "elsewhere"}),
+        "other container": _fake_run(work, f"{dead.pid}-h", {**here, "pid": dead.pid,
+                                                             "pidns": "pid:[1]"}),
         # no marker yet: a run writing it now is kept, one that died before is not
         "unmarked alive": _fake_run(work, f"{me.pid}-f", None),
         "unmarked dead": _fake_run(work, f"{dead.pid}-g", None),
