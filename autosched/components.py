@@ -73,23 +73,24 @@ def load_cost_model(model, path: str):
         raise UserError(str(e)) from None
 
 
-def _local_runner(settings, work_dir: str, address: str):
+def _local_runner(settings, work_dir: str, scratch_dir: str, address: str):
     from .measure.local_runner import LocalRunner
 
     if address:
         raise UserError(f"--runner local takes no address, got 'local://{address}'")
-    return LocalRunner(settings, work_dir)
+    return LocalRunner(settings, work_dir, scratch_dir=scratch_dir)
 
 
-def _rpc_runner(settings, work_dir: str, address: str):
+def _rpc_runner(settings, work_dir: str, scratch_dir: str, address: str):
     from .measure.rpc_runner import RPCRunner
     from .measure.rpc_tracker import parse_rpc_address
 
     # plain "rpc": the tracker and key come from TVM_TRACKER_HOST / _PORT / _KEY
-    return RPCRunner(settings, work_dir, parse_rpc_address(address, os.environ))
+    return RPCRunner(settings, work_dir, parse_rpc_address(address, os.environ),
+                     scratch_dir=scratch_dir)
 
 
-# Runner scheme -> factory(settings, work_dir, address). "local" or "local://";
+# Runner scheme -> factory(settings, work_dir, scratch_dir, address). "local" or "local://";
 # "rpc://HOST:PORT/KEY" maps to scheme "rpc" with address "HOST:PORT/KEY".
 RUNNERS: dict[str, Callable] = {"local": _local_runner, "rpc": _rpc_runner}
 
@@ -101,14 +102,16 @@ def parse_runner(name: str) -> tuple[str, str]:
 
 
 def runner_factory(name: str) -> Callable:
-    """`--runner` -> `make(settings, work_dir)`, which makes the Runner (keeping its files
-    under `work_dir`); an unknown scheme is a UserError before anything is made."""
+    """`--runner` -> `make(settings, work_dir, scratch_dir)`, which makes the Runner (the
+    shared reference data under `work_dir`, its own worker logs and temporary files in
+    the run's `scratch_dir`); an unknown scheme is a UserError before anything is made."""
     scheme, address = parse_runner(name)
     factory = RUNNERS.get(scheme)
     if factory is None:
         raise UserError(f"unknown --runner {name!r}; use one of: "
                         + ", ".join(s if s == "local" else f"{s}://..." for s in RUNNERS))
-    return lambda settings, work_dir: factory(settings, work_dir, address)
+    return lambda settings, work_dir, scratch_dir: factory(settings, work_dir, scratch_dir,
+                                                           address)
 
 
 def _lookup(table: dict, name: str, what: str):

@@ -38,12 +38,21 @@ class ProgressBar(Callback):
 
 
 class JsonLog(Callback):
-    """Every measurement as one JSON line in `<work_dir>/tune-<time>.log`."""
+    """Every measurement as one JSON line in `<work_dir>/tune-<time>.log`, a file of
+    this run's own (`tune-<time>-2.log` when another run started in the same second)."""
 
     def __init__(self, work_dir: str):
         os.makedirs(work_dir, exist_ok=True)
-        self.path = os.path.join(work_dir, time.strftime("tune-%Y%m%d-%H%M%S.log"))
-        self.file = open(self.path, "a", encoding="utf-8")
+        stamp = time.strftime("tune-%Y%m%d-%H%M%S")
+        for n in range(1, 1000):
+            self.path = os.path.join(work_dir, f"{stamp}.log" if n == 1 else f"{stamp}-{n}.log")
+            try:
+                self.file = open(self.path, "x", encoding="utf-8")
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise RuntimeError(f"cannot make a new log file in {work_dir}")
 
     def on_result(self, state, candidate, result):
         self.file.write(json.dumps({"time": time.time(), "task": state.task.name,

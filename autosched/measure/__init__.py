@@ -7,6 +7,8 @@ worker with timeouts, check every output against the reference, time the correct
   runner names (`local`, `rpc://HOST:PORT/KEY`) become objects.
 - `base.Builder` / `base.Runner`: the interfaces; `builder.LocalBuilder`,
   `local_runner.LocalRunner` implement them.
+- `scratch`: each run's own folder under the work dir (builds, worker logs), and the
+  removal of folders whose run has died;
 - `reference`: seeded inputs and expected outputs per task, on disk as `.npy`;
   `check`: the dtype-aware comparison rule.
 """

@@ -38,13 +38,15 @@ class _Slot:
 
 
 class LocalBuilder:
-    """Builds `MeasureInput.mod` for `MeasureInput.target` into `<work_dir>/builds/*.so`.
-    The files live until the caller deletes them or `close()` removes the folder."""
+    """Builds `MeasureInput.mod` for `MeasureInput.target` into `<folder>/builds/*.so`,
+    worker logs in `<folder>/workers/`. `folder` is the run's own (`scratch.RunFolder`):
+    `close()` removes `builds/`, which no other run may be using. The files live until
+    the caller deletes them or `close()` removes the folder."""
 
-    def __init__(self, settings: MeasureSettings, work_dir: str):
+    def __init__(self, settings: MeasureSettings, folder: str):
         self.settings = settings
-        self.out_dir = os.path.join(work_dir, "builds")
-        self.log_dir = os.path.join(work_dir, "workers")
+        self.out_dir = os.path.join(folder, "builds")
+        self.log_dir = os.path.join(folder, "workers")
         os.makedirs(self.out_dir, exist_ok=True)
         self._slots = [_Slot() for _ in range(max(1, settings.build_workers))]
 

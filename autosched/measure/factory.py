@@ -1,10 +1,13 @@
 """`make_measurer`: a runner name (resolved by `autosched.components.runner_factory`)
 plus a local parallel builder become the measurer of a run.
 
+Each measurer has its own scratch folder under the work dir (`scratch.RunFolder`:
+built libraries, worker logs), so runs that share a work dir never delete each other's
+files; making one first removes the folders of runs that died without cleaning up.
 A `BuildRunMeasurer` (a `base.Measurer`) builds a batch of candidates in parallel, hands
 only the successful builds to the runner, and returns one MeasureResult per input with
 `build_seconds` and `run_seconds` filled. Libraries are deleted once run; `close()` (or
-leaving the `with` block) stops every worker and removes the temporary files.
+leaving the `with` block) stops every worker and removes the run's folder.
 """
 from __future__ import annotations
 
@@ -17,21 +20,24 @@ import weakref
 from .base import Builder, Runner
 from .builder import LocalBuilder
 from .result import MeasureResult
+from .scratch import RunFolder, remove_stale
 from .settings import MeasureInput, MeasureSettings
 
 
 class BuildRunMeasurer:
     """Build then run; see the module docstring."""
 
-    def __init__(self, builder: Builder, runner: Runner, work_dir: str, owns_work_dir: bool,
+    def __init__(self, builder: Builder, runner: Runner, work_dir: str,
+                 folder: RunFolder | None = None, owns_work_dir: bool = False,
                  build_workers: int = 1):
         self.builder = builder
         self.runner = runner
         self.build_workers = build_workers
         self.work_dir = work_dir
+        self.folder = folder
         self._closed = False
         # also runs at interpreter exit when close() was never called
-        self._finalizer = weakref.finalize(self, _shutdown, builder, runner, work_dir,
+        self._finalizer = weakref.finalize(self, _shutdown, builder, runner, folder, work_dir,
                                            owns_work_dir)
 
     @property
@@ -56,7 +62,7 @@ class BuildRunMeasurer:
         return results
 
     def close(self) -> None:
-        """Stop every worker; delete built libraries (and the work dir if we made it)."""
+        """Stop every worker; delete this run's folder (and the work dir if we made it)."""
         self._closed = True
         self._finalizer()
 
@@ -67,12 +73,14 @@ class BuildRunMeasurer:
         self.close()
 
 
-def _shutdown(builder: Builder, runner: Runner, work_dir: str, owns_work_dir: bool) -> None:
+def _shutdown(builder: Builder, runner: Runner, folder: RunFolder | None, work_dir: str,
+              owns_work_dir: bool) -> None:
     try:
         runner.close()
     finally:
         builder.close()
-        shutil.rmtree(os.path.join(work_dir, "workers"), ignore_errors=True)
+        if folder is not None:
+            folder.remove()
         if owns_work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
 
@@ -81,9 +89,10 @@ def make_measurer(settings: MeasureSettings, runner: str = "local",
                   work_dir: str | None = None) -> BuildRunMeasurer:
     """A build-then-run measurer for `runner` ("local", "rpc://HOST:PORT/KEY" or "rpc").
 
-    `work_dir` keeps the reference data (reused by later runs on the same tasks) and,
-    while measuring, the built libraries and worker logs. None: a temporary folder,
-    removed by `close()`. An unknown runner name is a UserError.
+    `work_dir` keeps the reference data (shared by every run on the same tasks) and,
+    while measuring, this run's folder `runs/<pid>-<random>/` with the built libraries
+    and worker logs. None: a temporary folder, removed by `close()`. An unknown runner
+    name is a UserError.
     """
     from ..components import runner_factory
 
@@ -91,13 +100,17 @@ def make_measurer(settings: MeasureSettings, runner: str = "local",
     owns = work_dir is None
     work_dir = tempfile.mkdtemp(prefix="autosched-measure-") if owns else work_dir
     os.makedirs(work_dir, exist_ok=True)
+    if not owns:
+        remove_stale(work_dir)
+    folder = RunFolder.create(work_dir)
     try:
-        run = make_runner(settings, work_dir)
+        run = make_runner(settings, work_dir, folder.path)
     except BaseException:
+        folder.remove()
         if owns:
             shutil.rmtree(work_dir, ignore_errors=True)
         raise
-    return BuildRunMeasurer(LocalBuilder(settings, work_dir), run, work_dir, owns,
+    return BuildRunMeasurer(LocalBuilder(settings, folder.path), run, work_dir, folder, owns,
                             settings.build_workers)
 
 

@@ -30,12 +30,15 @@ class LocalRunner:
 
     concurrency = 1  # one candidate at a time: timing wants a quiet machine
 
-    def __init__(self, settings: MeasureSettings, work_dir: str,
-                 runs_per_worker: int = RUNS_PER_WORKER):
+    def __init__(self, settings: MeasureSettings, work_dir: str, *,
+                 scratch_dir: str | None = None, runs_per_worker: int = RUNS_PER_WORKER):
+        """Reference data under `work_dir` (shared); worker logs and unpublished
+        reference files in `scratch_dir`, the run's own folder (None: `work_dir`)."""
         self.settings = settings
         self.work_dir = work_dir
+        self.scratch_dir = scratch_dir
         self.runs_per_worker = runs_per_worker
-        self.log_dir = os.path.join(work_dir, "workers")
+        self.log_dir = os.path.join(scratch_dir or work_dir, "workers")
         self._worker: WorkerProcess | None = None
         self._runs = 0  # candidates run by the current worker
         self._references: dict[str, Reference] = {}
@@ -60,7 +63,8 @@ class LocalRunner:
     def _reference(self, task) -> Reference:
         ref = self._references.get(task.key)
         if ref is None:
-            ref = self._references[task.key] = ensure_reference(task, self.work_dir)
+            ref = self._references[task.key] = ensure_reference(
+                task, self.work_dir, scratch_dir=self.scratch_dir)
         return ref
 
     def _request(self, ref: Reference, inp: MeasureInput, art: BuildArtifact) -> dict:

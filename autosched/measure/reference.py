@@ -3,8 +3,11 @@ computation, computed once per task and kept on disk for every runner and worker
 
 Layout: ``<work_dir>/reference/<task key>/`` holds ``meta.json`` plus one ``.npy`` per
 input (``in<i>.npy``) and per expected output (``out<i>.npy``). ``meta.json`` is written
-last and the directory appears by an atomic rename, so a directory with a readable
-``meta.json`` is complete; concurrent processes that race to create it agree on one.
+last, in a private folder (the run's scratch folder when it is given), and the
+directory appears by an atomic rename, so a directory with a readable ``meta.json`` is
+complete. Processes that race to create it agree on one: the rename, and the removal
+of a stale or partial directory in its way, happen under a lock on ``reference/``, so
+a complete directory that matches its task is never moved once anyone may read it.
 Arrays are plain ``.npy`` loaded with ``allow_pickle=False``; dtypes numpy lacks
 (bfloat16, float8) are stored as their raw bits and re-viewed on load (``storage`` in
 ``meta.json``).
@@ -17,12 +20,14 @@ lowering of the computation, whatever the tuning target.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -184,15 +189,18 @@ def _matches(ref: Reference, task) -> bool:
             and specs(ref.meta["outputs"]) == [(s.name, s.shape, s.dtype) for s in task.outputs])
 
 
-def ensure_reference(task, work_dir: str, seed: int = 0) -> Reference:
-    """The task's reference, loaded from `work_dir` or computed and stored there."""
+def ensure_reference(task, work_dir: str, seed: int = 0, *,
+                     scratch_dir: str | None = None) -> Reference:
+    """The task's reference, loaded from `work_dir` or computed and stored there.
+    `scratch_dir` (the run's own folder) holds the files until they are published, so
+    a run killed meanwhile leaves nothing in the shared `reference/`."""
     final = reference_dir(work_dir, task.key, seed)
-    found = load_reference(final)
-    if found is not None and found.meta.get("seed") == seed and _matches(found, task):
+    found = _usable(final, task, seed)
+    if found is not None:
         return found
     parent = os.path.dirname(final)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{task.key}-", dir=parent)
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{task.key}-", dir=_staging(parent, scratch_dir))
     try:
         meta = _write(task, tmp, seed)
         return _publish(tmp, final, meta, task, seed)
@@ -200,24 +208,46 @@ def ensure_reference(task, work_dir: str, seed: int = 0) -> Reference:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _usable(directory: str, task, seed: int) -> Reference | None:
+    found = load_reference(directory)
+    if found is not None and found.meta.get("seed") == seed and _matches(found, task):
+        return found
+    return None
+
+
+def _staging(parent: str, scratch_dir: str | None) -> str:
+    """Where to write before the rename: the scratch folder if the rename can reach
+    `parent` from there (the same filesystem), else `parent` itself."""
+    if scratch_dir is None:
+        return parent
+    os.makedirs(scratch_dir, exist_ok=True)
+    return scratch_dir if os.stat(scratch_dir).st_dev == os.stat(parent).st_dev else parent
+
+
+@contextmanager
+def _locked(directory: str):
+    """An exclusive lock on `directory`, held by one process at a time."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _publish(tmp: str, final: str, meta: dict, task, seed: int) -> Reference:
-    """Rename `tmp` to `final`; if another process got there first, use its files."""
-    for _ in range(3):
-        try:
-            os.rename(tmp, final)
-            return Reference(final, meta, created=True)
-        except OSError:  # `final` exists
-            pass
-        other = load_reference(final)
-        if other is not None and other.meta.get("seed") == seed and _matches(other, task):
+    """Rename `tmp` to `final`; if another process got there first, use its files.
+    Under the lock, looking at `final` and replacing it is one step for the others."""
+    with _locked(os.path.dirname(final)):
+        other = _usable(final, task, seed)
+        if other is not None:
             return other
-        aside = f"{final}.stale-{uuid.uuid4().hex}"  # stale or partial: move it out of the way
-        try:
+        if os.path.lexists(final):  # stale or partial: move it out of the way
+            aside = f"{final}.stale-{uuid.uuid4().hex}"
             os.rename(final, aside)
-        except OSError:
-            pass
-        shutil.rmtree(aside, ignore_errors=True)
-    raise RuntimeError(f"cannot publish the reference of {task.name} in {final}")
+            shutil.rmtree(aside, ignore_errors=True)
+        os.rename(tmp, final)
+    return Reference(final, meta, created=True)
 
 
 def _write(task, directory: str, seed: int) -> dict:

@@ -102,11 +102,13 @@ class RPCRunner:
     server ("retried") and servers a kernel took down ("crashed"); `servers_used` counts
     results per server address, `lost_servers` holds the addresses lost."""
 
-    def __init__(self, settings: MeasureSettings, work_dir: str, address: RPCAddress):
+    def __init__(self, settings: MeasureSettings, work_dir: str, address: RPCAddress, *,
+                 scratch_dir: str | None = None):
         self.settings = settings
         self.address = address
-        self.work_dir = work_dir
-        self.log_dir = os.path.join(work_dir, "workers")
+        self.work_dir = work_dir  # the shared reference data
+        self.scratch_dir = scratch_dir  # the run's own folder (None: work_dir)
+        self.log_dir = os.path.join(scratch_dir or work_dir, "workers")
         self.stats: Counter = Counter()
         self.servers_used: Counter = Counter()
         self.lost_servers: set[str] = set()
@@ -170,7 +172,8 @@ class RPCRunner:
     def _request(self, inp: MeasureInput, art: BuildArtifact) -> dict:
         ref = self._references.get(inp.task.key)
         if ref is None:
-            ref = self._references[inp.task.key] = ensure_reference(inp.task, self.work_dir)
+            ref = self._references[inp.task.key] = ensure_reference(
+                inp.task, self.work_dir, scratch_dir=self.scratch_dir)
         s = self.settings
         return {"lib": art.path, "reference": ref.directory, "device": DEVICES[inp.target.kind],
                 "session_timeout": s.run_timeout, "warmup": s.warmup, "number": s.number,

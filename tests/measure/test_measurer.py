@@ -99,7 +99,7 @@ def test_failed_builds_never_reach_the_runner(mixed, settings):
 
 
 def test_libraries_are_deleted_once_measured(mixed, measurer):
-    assert os.listdir(os.path.join(measurer.work_dir, "builds")) == []
+    assert os.listdir(measurer.folder.builds) == []
 
 
 def test_a_crash_gets_the_next_candidate_a_fresh_worker(measurer, kernels, matmul_task, inp,
@@ -118,7 +118,7 @@ def test_the_run_worker_is_recycled_after_a_number_of_runs(tmp_path, settings, k
                                                           matmul_task, inp, is_alive):
     work = str(tmp_path)
     runner = LocalRunner(settings, work, runs_per_worker=2)
-    with BuildRunMeasurer(LocalBuilder(settings, work), runner, work, False) as measurer:
+    with BuildRunMeasurer(LocalBuilder(settings, work), runner, work) as measurer:
         assert measurer.measure([inp(matmul_task, kernels.plain)])[0].ok
         first = runner.worker_pid
         assert measurer.measure([inp(matmul_task, kernels.vectorized)])[0].ok

@@ -110,20 +110,30 @@ def test_a_partial_directory_is_recomputed(tmp_path, matmul_task):
 
 
 _CHILD = textwrap.dedent("""
-    import json, os, sys
+    import hashlib, json, os, sys, time
     from autosched.workload import load_tasks
     from autosched.measure.reference import ensure_reference
     task = load_tasks(sys.argv[1], arg_items=["M=48", "N=40", "K=56"])[0]
-    ref = ensure_reference(task, sys.argv[2])
+    work, scratch, barrier = sys.argv[2], sys.argv[3] or None, sys.argv[4] or None
+    if barrier:  # start writing together with the other process
+        open(os.path.join(barrier, str(os.getpid())), "w").close()
+        while len(os.listdir(barrier)) < 2:
+            time.sleep(0.01)
+    ref = ensure_reference(task, work, scratch_dir=scratch)
+    inputs, expected = ref.arrays()
     out = os.path.join(ref.directory, "out0.npy")
     print(json.dumps({"created": ref.created, "dir": ref.directory,
-                      "mtime": os.stat(out).st_mtime_ns, "pid": os.getpid()}))
+                      "mtime": os.stat(out).st_mtime_ns, "pid": os.getpid(),
+                      "files": sorted(os.listdir(ref.directory)),
+                      "digest": hashlib.sha256(b"".join(
+                          a.tobytes() for a in inputs + expected)).hexdigest()}))
 """)
 
 
-def _spawn(env, examples, work_dir):
+def _spawn(env, examples, work_dir, scratch="", barrier=""):
     return subprocess.Popen([sys.executable, "-c", _CHILD, str(examples / "matmul.py"),
-                             work_dir], env=env, stdout=subprocess.PIPE, text=True)
+                             work_dir, scratch, barrier], env=env, stdout=subprocess.PIPE,
+                            text=True)
 
 
 def _result(proc):
@@ -151,3 +161,29 @@ def test_processes_racing_for_one_reference_agree(tmp_path, child_env, examples_
     assert len(os.listdir(ref_root)) == 1  # losers removed their temporary directories
     with open(os.path.join(results[0]["dir"], "meta.json")) as f:
         assert json.load(f)["task_key"] == os.path.basename(results[0]["dir"])
+
+
+def test_processes_writing_one_reference_at_once_end_with_the_same_complete_one(
+        tmp_path, child_env, examples_dir, task_of):
+    """Both start together, each writing in its own scratch folder, with a partial
+    directory (a crash of an earlier version) in the way that one of them must replace."""
+    wd = str(tmp_path / "work")
+    task = task_of("matmul.py", M=48, N=40, K=56)
+    broken = reference_dir(wd, task.key)
+    os.makedirs(broken)
+    open(os.path.join(broken, "out0.npy"), "wb").close()
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    scratch = [tmp_path / "work" / "runs" / name for name in ("a", "b")]
+    procs = [_spawn(child_env, examples_dir, wd, str(s), str(barrier)) for s in scratch]
+    results = [_result(p) for p in procs]
+    assert sum(r["created"] for r in results) == 1
+    assert {r["dir"] for r in results} == {broken}
+    assert results[0]["digest"] == results[1]["digest"]
+    assert all(r["files"] == ["in0.npy", "in1.npy", "meta.json", "out0.npy"] for r in results)
+    assert os.listdir(os.path.dirname(broken)) == [task.key]  # nothing else in reference/
+    assert all(os.listdir(s) == [] for s in scratch)  # each removed its unpublished copy
+    ref = load_reference(broken)
+    (a, b), (c,) = ref.arrays()
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5,
+                               atol=1e-5)
