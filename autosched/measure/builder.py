@@ -142,7 +142,7 @@ class LocalBuilder:
                 try:
                     slot.worker = WorkerProcess("build", self.log_dir, self.python)
                 except WorkerStartError as e:
-                    self._start_failed(slot, str(e))
+                    self._start_failed(slot, e.cause)
                     continue
                 slot.deadline = now + STARTUP_TIMEOUT
                 free += 1

@@ -65,6 +65,7 @@ class PgServer:
         self._as_user: list[str] = []
         self._tmp: str | None = None
         self._databases = 0
+        self._opts = ""
 
     # -- lifecycle -----------------------------------------------------------------
     def _prepare_user(self, path: str) -> None:
@@ -102,9 +103,20 @@ class PgServer:
         opts = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
                 f"-c unix_socket_directories={self._tmp} -c max_connections=100 "
                 f"-c fsync={'on' if self.fsync else 'off'}")
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-w", "-t", "60",
-                  "-l", str(Path(self._tmp) / "server.log"), "-o", opts, "start")
+        self._opts = opts
+        self.resume()
         return self
+
+    def halt(self) -> None:
+        """Stop the server, keeping its data: what a restart or a failover looks like to
+        clients (their connections drop); `resume()` starts it again on the same port."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w",
+                  "stop")
+
+    def resume(self) -> None:
+        """Start the server (again) on its data directory and port."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-w", "-t", "60",
+                  "-l", str(Path(self._tmp) / "server.log"), "-o", self._opts, "start")
 
     def stop(self) -> None:
         if self.datadir is not None and (self.datadir / "postmaster.pid").exists():
