@@ -160,3 +160,38 @@ def test_a_missing_or_broken_compiler_stops_the_cli_with_one_line(tmp_path, exam
         records = database.records()
     assert len(records) == 4 and all(r.ok for r in records)
     assert [r.candidate["sketch"] for r in records].count("default") == 1
+
+
+def test_retry_failures_measures_the_poisoned_candidates_again(tmp_path, task, cli,
+                                                               examples_dir):
+    import dataclasses
+
+    from autosched.measure import MeasureResult
+
+    healthy = _config(tmp_path / "healthy")
+    assert _tune(task, healthy, faults.local_measurer(FAST, healthy.work_dir)).trials == 4
+    good = _records(healthy)
+    # What the old builder recorded when another run removed the build folder.
+    poison = MeasureResult.failure("build_error", "ld: cannot open output file "
+                                   "logs/builds/x.so: No such file or directory")
+    db_url = f"sqlite:///{tmp_path}/poisoned.db"
+    with open_database(db_url) as db:
+        db.add_records([dataclasses.replace(r, result=poison, id=None) for r in good])
+    argv = ["tune", str(examples_dir / "matmul.py"), *sum((["--arg", a] for a in SMALL), []),
+            "--trials", "4", "--batch-size", "2", "--strategy", "random", "--no-transfer",
+            "--db", db_url, "--work-dir", str(tmp_path / "logs")]
+    bad = cli(*argv, "--retry-failures", "segfault")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--retry-failures: invalid choice: 'segfault'" in bad.stderr
+    proc = cli(*argv, "--retry-failures", "build_error", "--retry-failures", "run_error")
+    assert proc.returncode == 0, proc.stderr
+    with open_database(db_url) as db:
+        records = db.records()
+        g = db.stats()["groups"][0]
+        best = db.best(task.key, g["target_key"], g["hardware_key"], g["versions"])
+        measured = db.measured_keys(task.key, g["target_key"], g["hardware_key"],
+                                    g["versions"])
+    assert sorted(r.candidate_key for r in records) == sorted(r.candidate_key for r in good)
+    assert all(r.ok for r in records) and g["failures"] == {}
+    assert measured == {r.candidate_key for r in good}
+    assert best is not None and best.latency == min(r.latency for r in records)
