@@ -74,10 +74,10 @@ def run(args: argparse.Namespace) -> int:
     if result.warm_start is not None:
         print(result.warm_start.describe())
     print(f"records: {mask_password(result.db_url)}   log: {log.path}")
-    if result.stopped:
+    if result.stopped:  # no RPC server left, or a fault of the machine and its remedy
+        rerun = "" if "rerun" in result.stopped else ", rerun to continue"
         print(f"autosched: stopped after {result.trials} of {config.trials} trials: "
-              f"{result.stopped}; the records so far are saved, rerun to continue",
-              file=sys.stderr)
+              f"{result.stopped}; the records so far are saved{rerun}", file=sys.stderr)
         return 1
     return 0
 
