@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import UserError
+from .measure.result import FAILURE_KINDS
 from .measure.settings import MeasureSettings
 
 
@@ -37,12 +38,19 @@ class TuneConfig:
     transfer: bool = True
     transfer_records: RecordBudget = field(default_factory=RecordBudget)
     measure: MeasureSettings = field(default_factory=MeasureSettings)
+    # failure kinds whose records for the tuned tasks are measured again and replaced
+    # (`--retry-failures`, after the environment was fixed)
+    retry_failures: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.trials < 0:
             raise UserError(f"--trials must be >= 0, got {self.trials}")
         if self.batch_size < 1:
             raise UserError(f"batch size must be >= 1, got {self.batch_size}")
+        unknown = sorted(set(self.retry_failures) - set(FAILURE_KINDS))
+        if unknown:
+            raise UserError(f"--retry-failures: unknown failure kind {unknown[0]!r}; "
+                            f"one of {', '.join(FAILURE_KINDS)}")
 
     @property
     def database_url(self) -> str:

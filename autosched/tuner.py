@@ -16,7 +16,7 @@ from search_space import SPACE_VERSION, Candidate, SearchSpace, generate_space
 from .components import make_cost_model, make_strategy
 from .config import TuneConfig
 from .db import make_record, open_database
-from .errors import BudgetExhausted, UserError
+from .errors import BudgetExhausted, InfrastructureError, UserError
 from .measure import MeasureInput, MeasureResult
 from .measure.base import Measurer
 from .measure.factory import make_measurer
@@ -40,6 +40,8 @@ class TaskState:
     failures: Counter = field(default_factory=Counter)
     history: list[float] = field(default_factory=list)  # best latency after each batch
     exhausted: bool = False
+    retry: list[Candidate] = field(default_factory=list)  # failures to measure again
+    baseline: object = None  # the default candidate's module (see MeasureInput.baseline)
 
     @property
     def best_gflops(self) -> float:
@@ -51,7 +53,8 @@ class TuneResult:
     tasks: list[TaskState]
     db_url: str | None          # None for a dry run (no database is opened)
     target: TargetSpec
-    stopped: str | None = None  # why the run ended before its budget (no RPC server left)
+    stopped: str | None = None  # why the run ended before its budget (no RPC server left,
+    #                             a fault of the machine: its cause and remedy)
     warm_start: object = None   # WarmStart: what the cost model learned before the run
     dry_run: list | None = None  # DryRunReport per task, for `TuneConfig.dry_run`
 
@@ -112,6 +115,7 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
             db.register_task(task.to_json())
             st = TaskState(task, space_factory(task, target), new_strategy(),
                            db.measured_keys(task.key, target.key, target.hardware_key, versions))
+            _admit_retries(st, db, target, versions, config.retry_failures)
             st.best_record = db.best(task.key, target.key, target.hardware_key, versions)
             if st.best_record is not None:
                 st.best_latency = st.best_record.latency
@@ -127,8 +131,8 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
         try:
             _loop(states, config, target, versions, db, measurer,
                   TaskScheduler(len(states)), callbacks)
-        except BudgetExhausted as e:  # committed batches stay; a rerun resumes
-            result.stopped = str(e)
+        except (BudgetExhausted, InfrastructureError) as e:
+            result.stopped = str(e)  # committed chunks stay, the one in flight is dropped
         finally:
             if owned:
                 measurer.close()
@@ -165,6 +169,17 @@ def _warm_start(states, config: TuneConfig, db, target, versions, known_tasks, s
 
 
 _SIMILAR_PER_TASK = 4
+
+
+def _admit_retries(state: TaskState, db, target, versions, kinds) -> None:
+    """Failures of `kinds` (`--retry-failures`) are measured again, first: their
+    records are replaced by the new results (see `Database.add_records`)."""
+    if not kinds:
+        return
+    failed = db.failed_records(state.task.key, target.key, target.hardware_key, versions,
+                               kinds)
+    state.measured -= {r.candidate_key for r in failed}
+    state.retry = [Candidate.from_json(r.candidate) for r in failed]
 
 
 def _seed_strategy(state: TaskState, db, target, versions, known_tasks: list[dict]) -> None:
@@ -234,11 +249,15 @@ def next_batch_size(states, live, batch_size: int, remaining: int) -> int:
 
 
 def _proposals(st: TaskState, n: int, rng: random.Random):
-    """The default candidate first (the floor), then the strategy's picks."""
+    """The default candidate first (the floor), then failures to retry, then the
+    strategy's picks."""
     out = []
     default = st.space.default_candidate()
     if default is not None and default.key not in st.measured:
         out.append((default, st.space.apply(default)))
+    for cand in st.retry:
+        if len(out) < n and cand.key not in st.measured | {c.key for c, _ in out}:
+            out.append((cand, st.space.apply(cand)))
     if n > len(out):
         exclude = st.measured | {c.key for c, _ in out}
         out += st.strategy.propose(st.space, n - len(out), exclude, rng)
@@ -255,15 +274,24 @@ def _measure(st: TaskState, proposals, target, measurer) -> list[MeasureResult]:
             results.append(MeasureResult.failure("invalid", reason))
         else:
             results.append(None)
-            inputs.append(MeasureInput(st.task, target, cand, mod))
+            inputs.append(MeasureInput(st.task, target, cand, mod, _baseline(st)))
     measured = iter(measurer.measure(inputs) if inputs else [])
     return [r if r is not None else next(measured) for r in results]
+
+
+def _baseline(st: TaskState):
+    """The module of the task's default candidate, applied once: a builder builds it to
+    tell a broken machine from a broken candidate."""
+    if st.baseline is None:
+        default = st.space.default_candidate()
+        st.baseline = st.task.mod if default is None else st.space.apply(default)
+    return st.baseline
 
 
 def _record(st, proposals, results, target, versions, config, db, callbacks):
     records = [make_record(st.task, target, cand, res, versions, config.measure.to_json())
                for (cand, _), res in zip(proposals, results)]
-    ids = db.add_records(records)  # one transaction
+    ids = db.add_records(records, replace_failures=config.retry_failures)  # one transaction
     for (cand, _), res, rec, rid in zip(proposals, results, records, ids):
         st.measured.add(cand.key)
         st.trials += 1

@@ -9,6 +9,7 @@ import argparse
 import json
 
 from ..errors import UserError
+from ..measure.result import FAILURE_KINDS
 
 _DB_HELP = ("database URL: sqlite:///PATH (relative), sqlite:////PATH (absolute) or "
             "postgresql://USER@HOST:PORT/DB; default sqlite:///logs/autosched.db")
@@ -66,6 +67,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     pr.add_argument("--drop-failures", action="store_true",
                     help="also delete failed records (by default they are kept so the "
                     "tuner never measures a known failure again)")
+    pr.add_argument("--kind", action="append", default=[], choices=FAILURE_KINDS,
+                    metavar="K", help="with --drop-failures: only failures of this kind "
+                    "(repeatable; one of " + ", ".join(FAILURE_KINDS) + ")")
     pr.add_argument("--task-key", metavar="KEY", help="prune only this task")
     pr.add_argument("--dry-run", action="store_true", help="count, delete nothing")
 
@@ -194,8 +198,11 @@ def _export(db, args) -> int:
 
 
 def _prune(db, args) -> int:
+    if args.kind and not args.drop_failures:
+        raise UserError("db prune: --kind selects which failures --drop-failures deletes; "
+                        "add --drop-failures")
     out = db.prune(args.keep, drop_failures=args.drop_failures, task_key=args.task_key,
-                   dry_run=args.dry_run)
+                   dry_run=args.dry_run, kinds=args.kind)
     verb = "would delete" if args.dry_run else "deleted"
     print(f"{verb} {out['slow'] + out['failures']} records from {db.url} "
           f"({out['slow']} correct beyond the {args.keep} fastest of their task, target, "

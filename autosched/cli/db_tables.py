@@ -26,7 +26,8 @@ def versions_label(versions: dict) -> str:
 
 
 def stats_text(stats: dict) -> str:
-    """The summary and one row per (task, target, hardware, versions) group."""
+    """The summary and one row per (task, target, hardware, versions) group, with its
+    failures by kind (a task whose candidates all failed shows at a glance)."""
     failures = ", ".join(f"{k} {n}" for k, n in sorted(stats["failures"].items()))
     failed = stats["records"] - stats["ok"]
     lines = [f"database  {stats['url']} ({stats['backend']}, schema {stats['schema_version']})",
@@ -34,14 +35,19 @@ def stats_text(stats: dict) -> str:
              + (f": {failures}" if failures else "") + f"), {stats['workloads']} workloads"]
     if not stats["groups"]:
         return "\n".join(lines)
-    header = ["WORKLOAD", "TASK", "TARGET", "HARDWARE", "TVM/SPACE", "RECORDS", "OK",
-              "FAILED", "BEST_MS", "GFLOP/S"]
+    header = ["WORKLOAD", "TASK", "TARGET", "HARDWARE", "TVM/SPACE", "FAILURES", "RECORDS",
+              "OK", "FAILED", "BEST_MS", "GFLOP/S"]
     rows = [[workload_label(g["workload"], g["args"]), g["task_key"][:12],
              target_label(g["target_key"]), hardware_label(g["hardware"], g["hardware_key"]),
-             versions_label(g["versions"]), str(g["records"]), str(g["ok"]),
-             str(g["records"] - g["ok"]), ms(g["best_latency"]),
+             versions_label(g["versions"]), failures_label(g["failures"]), str(g["records"]),
+             str(g["ok"]), str(g["records"] - g["ok"]), ms(g["best_latency"]),
              gflops_label(g["flops"], g["best_latency"])] for g in stats["groups"]]
     return "\n".join(lines + ["", format_table(header, rows, right=5, rule=False)])
+
+
+def failures_label(failures: dict) -> str:
+    """'build_error 16, run_error 1' (by kind, so a poisoned task shows), '-' for none."""
+    return ", ".join(f"{k} {n}" for k, n in sorted(failures.items())) or "-"
 
 
 def best_text(entries: list[dict]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import UserError
+from ..errors import InfrastructureError, UserError
 from . import db, export, model, plan, report, tune, workers
 
 # Every command, in the order `autosched --help` lists them. Each module has
@@ -46,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"autosched: error: {e}", file=sys.stderr)
         return 2
+    except InfrastructureError as e:  # the environment's fault: cause and remedy
+        if debug:
+            raise
+        print(f"autosched: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("autosched: interrupted", file=sys.stderr)
         return 130

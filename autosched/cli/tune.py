@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from ..errors import UserError
+from ..measure.result import FAILURE_KINDS
 from ..measure.settings import MeasureSettings
 from .options import DB_URL_HELP, add_selection
 
@@ -31,6 +32,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "or recorded")
     p.add_argument("--run-timeout", type=float, default=30.0, help="seconds per candidate run")
     p.add_argument("--build-timeout", type=float, default=60.0, help="seconds per build")
+    p.add_argument("--retry-failures", action="append", default=[], metavar="KIND",
+                   choices=FAILURE_KINDS,
+                   help="measure again the candidates of the tuned tasks whose records "
+                        "failed with KIND (repeatable; one of " + ", ".join(FAILURE_KINDS)
+                        + "), first, within --trials: after fixing the environment that "
+                        "failed them. Each new result replaces the failure record")
     p.add_argument("--min-repeat-ms", type=int, default=MeasureSettings.min_repeat_ms,
                    help="time each repeat of a kernel for at least this long (calls are "
                         "added until it does)")
@@ -53,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
                         runner=args.runner, strategy=args.strategy, seed=args.seed,
                         batch_size=args.batch_size, dry_run=args.dry_run,
                         work_dir=args.work_dir, model_path=args.model,
-                        transfer=not args.no_transfer, measure=settings)
+                        transfer=not args.no_transfer, measure=settings,
+                        retry_failures=tuple(args.retry_failures))
     if config.dry_run:
         return _dry_run(tasks, config)
     from ..db import mask_password
@@ -66,10 +74,10 @@ def run(args: argparse.Namespace) -> int:
     if result.warm_start is not None:
         print(result.warm_start.describe())
     print(f"records: {mask_password(result.db_url)}   log: {log.path}")
-    if result.stopped:
+    if result.stopped:  # no RPC server left, or a fault of the machine and its remedy
+        rerun = "" if "rerun" in result.stopped else ", rerun to continue"
         print(f"autosched: stopped after {result.trials} of {config.trials} trials: "
-              f"{result.stopped}; the records so far are saved, rerun to continue",
-              file=sys.stderr)
+              f"{result.stopped}; the records so far are saved{rerun}", file=sys.stderr)
         return 1
     return 0
 

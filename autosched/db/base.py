@@ -5,7 +5,7 @@ key, hardware key and compatible versions; listing queries may return anything.
 """
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Protocol
+from typing import Collection, Iterable, Iterator, Protocol
 
 from .record import Record
 
@@ -17,13 +17,20 @@ class Database(Protocol):
     def register_task(self, task_json: dict) -> None:
         """Remember a workload instance (workload name, args, key, FLOPs, arg specs)."""
 
-    def add_records(self, records: Iterable[Record]) -> list[int | None]:
+    def add_records(self, records: Iterable[Record], *,
+                    replace_failures: Collection[str] = ()) -> list[int | None]:
         """Commit records atomically; the id of each, or None for a duplicate of
-        (task, target, hardware, versions, candidate)."""
+        (task, target, hardware, versions, candidate). A stored failure of a kind in
+        `replace_failures` for the same candidate and scope is replaced (deleted in the
+        same transaction): what `tune --retry-failures` writes."""
 
     def measured_keys(self, task_key: str, target_key: str, hardware_key: str,
                       versions: dict) -> set[str]:
         """Candidate keys already measured (or failed) here: never measured again."""
+
+    def failed_records(self, task_key: str, target_key: str, hardware_key: str,
+                       versions: dict, kinds: Collection[str]) -> list[Record]:
+        """The failures of these kinds in this scope, in insertion order."""
 
     def best(self, task_key: str, target_key: str, hardware_key: str,
              versions: dict) -> Record | None:
@@ -55,9 +62,10 @@ class Database(Protocol):
         """Number of records stored."""
 
     def prune(self, keep: int, *, drop_failures: bool = False, task_key: str | None = None,
-              dry_run: bool = False) -> dict:
+              dry_run: bool = False, kinds: Collection[str] = ()) -> dict:
         """Delete correct records beyond the `keep` fastest of each usable scope (never
-        the best) and, if asked, failures: {"slow": n, "failures": n, "kept": n}."""
+        the best) and, if asked, failures (only of `kinds` when given):
+        {"slow": n, "failures": n, "kept": n}."""
 
     def close(self) -> None:
         ...

@@ -3,9 +3,12 @@
 Connections come from a psycopg_pool pool. Uniqueness is the server's (a unique index
 and INSERT .. ON CONFLICT DO NOTHING), so concurrent writers never duplicate a record.
 Transactions that fail on a serialization failure or a deadlock (possible when the
-server defaults to SERIALIZABLE) are retried with backoff. Failures a user can act on
-(bad URL, wrong credentials, unreachable server, a read-only role asked to write) become
-one UserError line with the password masked.
+server defaults to SERIALIZABLE) are retried with backoff. A connection lost after the
+database was opened (a restart, a failover, a dropped link) is retried with backoff for
+`reconnect_timeout` seconds, then raised as InfrastructureError: the tuning loop stops
+without recording the chunk in flight. Failures a user can act on when opening (bad
+URL, wrong credentials, unreachable server, a read-only role asked to write) become one
+UserError line with the password masked.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import random
 import time
 from typing import Callable, Iterator, TypeVar
 
-from ..errors import UserError
+from ..errors import InfrastructureError, UserError
 from .schema import POSTGRES
 from .sqlbase import SqlDatabase
 
@@ -22,7 +25,6 @@ T = TypeVar("T")
 log = logging.getLogger("autosched.db")
 
 _RETRIES = 8  # serialization failures and deadlocks
-_RECONNECTS = 3  # lost connections
 _SCHEMA_LOCK_ID = 0x6175_746F_7363  # "autosc": pg_advisory_lock key for schema changes
 
 
@@ -55,7 +57,8 @@ class PostgresDatabase(SqlDatabase):
     dialect = POSTGRES
 
     def __init__(self, url: str, *, upgrade: bool = False, create: bool = True,
-                 pool_size: int = 4, connect_timeout: int = 10):
+                 pool_size: int = 4, connect_timeout: int = 10,
+                 reconnect_timeout: float = 30.0):
         import psycopg
         from psycopg_pool import ConnectionPool
 
@@ -63,6 +66,7 @@ class PostgresDatabase(SqlDatabase):
 
         self.url = mask_password(url)
         self._secret = _password(url)
+        self.reconnect_timeout = reconnect_timeout
         conninfo = self._conninfo(url, connect_timeout)
         self._probe(psycopg, conninfo)
         self._pool = ConnectionPool(conninfo, min_size=1, max_size=pool_size, open=False,
@@ -109,6 +113,7 @@ class PostgresDatabase(SqlDatabase):
         from psycopg_pool import PoolTimeout
 
         conflicts = lost = 0
+        lost_since = None
         while True:
             try:
                 with self._pool.connection() as conn:
@@ -127,17 +132,18 @@ class PostgresDatabase(SqlDatabase):
                 what = "write to" if write else "read"
                 raise UserError(f"{self.url}: this role may not {what} the autosched tables "
                                 f"({_one_line(e, self._secret)})") from None
-            except PoolTimeout as e:
-                raise UserError(f"{self.url}: no connection to the server "
-                                f"({_one_line(e, self._secret)})") from None
-            except psycopg.OperationalError as e:
+            except (PoolTimeout, psycopg.OperationalError) as e:
                 # A restarted server or a dropped link: the pool replaces the broken
                 # connection. Retrying a write is safe because inserts are idempotent
                 # (a batch that did commit comes back as duplicates).
                 lost += 1
-                if lost > _RECONNECTS:
-                    raise UserError(f"{self.url}: lost the connection to the server "
-                                    f"({_one_line(e, self._secret)})") from None
+                lost_since = lost_since or time.monotonic()
+                if time.monotonic() - lost_since >= self.reconnect_timeout:
+                    raise InfrastructureError(
+                        f"lost the connection to the database server {self.url} "
+                        f"({_one_line(e, self._secret)}) and could not reconnect within "
+                        f"{self.reconnect_timeout:g} s", "check that the server is running "
+                        "and reachable, then rerun: committed records are kept") from None
                 log.warning("%s: connection lost (%s); retrying", self.url,
                             _one_line(e, self._secret))
                 _backoff(0.5, lost)

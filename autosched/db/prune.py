@@ -14,12 +14,14 @@ _RANKED = ("SELECT id, ROW_NUMBER() OVER (PARTITION BY task_key, target_key, har
 _FAILED = "SELECT id FROM autosched_records WHERE error_kind IS NOT NULL"
 
 
-def _selects(keep: int, task_key: str | None) -> tuple[tuple[str, tuple], tuple[str, tuple]]:
+def _selects(keep: int, task_key: str | None,
+             kinds: tuple[str, ...]) -> tuple[tuple[str, tuple], tuple[str, tuple]]:
     task_filter, task_params = ("", ()) if task_key is None else (" AND task_key = ?",
                                                                  (task_key,))
     slow = (f"SELECT id FROM ({_RANKED}{task_filter}) ranked WHERE rn > ?",
             task_params + (keep,))
-    failed = (_FAILED + task_filter, task_params)
+    kind_filter = f" AND error_kind IN ({', '.join('?' * len(kinds))})" if kinds else ""
+    failed = (_FAILED + task_filter + kind_filter, task_params + kinds)
     return slow, failed
 
 
@@ -29,11 +31,13 @@ def _count(cur, select: tuple[str, tuple]) -> int:
 
 
 def prune(db, keep: int, *, drop_failures: bool = False, task_key: str | None = None,
-          dry_run: bool = False) -> dict:
+          dry_run: bool = False, kinds=()) -> dict:
     """See SqlDatabase.prune. One transaction: a crash deletes all or nothing."""
     if int(keep) < 1:
         raise ValueError("keep must be at least 1: the best record is never deleted")
-    slow, failed = _selects(int(keep), task_key)
+    if kinds and not drop_failures:
+        raise ValueError("failure kinds select which failures to drop: drop_failures")
+    slow, failed = _selects(int(keep), task_key, tuple(sorted(set(kinds))))
 
     def work(cur) -> dict:
         out = {"slow": _count(cur, slow), "failures": _count(cur, failed) if drop_failures

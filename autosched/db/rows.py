@@ -24,6 +24,22 @@ INSERT_RECORD = (
     " provenance, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (task_key, target_key, hardware_key, versions, candidate_key) DO NOTHING"
     " RETURNING id")
+_UNIQUE = ("task_key = ? AND target_key = ? AND hardware_key = ? AND versions = ? "
+           "AND candidate_key = ?")
+
+
+def delete_failure_sql(n_kinds: int) -> str:
+    """DELETE of the failure record (of one of `n_kinds` kinds) with a record's unique
+    key; parameters: `unique_key(record_row(...))` then the kinds."""
+    return (f"DELETE FROM autosched_records WHERE {_UNIQUE} "
+            f"AND error_kind IN ({', '.join('?' * n_kinds)})")
+
+
+def unique_key(row: tuple) -> tuple:
+    """(task, target, hardware, versions, candidate key) of a `record_row` tuple."""
+    return row[0], row[1], row[2], row[4], row[7]
+
+
 INSERT_WORKLOAD = ("INSERT INTO autosched_workloads (task_key, workload, args) VALUES (?, ?, ?)"
                    " ON CONFLICT (task_key) DO NOTHING")
 

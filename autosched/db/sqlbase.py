@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import Callable, Collection, Iterable, Iterator, TypeVar
 
 from ..errors import UserError
 from . import rows, schema
@@ -105,22 +105,31 @@ class SqlDatabase:
 
         self.transaction(write, write=True)
 
-    def add_records(self, records: Iterable[Record]) -> list[int | None]:
+    def add_records(self, records: Iterable[Record], *,
+                    replace_failures: Collection[str] = ()) -> list[int | None]:
         """Commit all records in one transaction; the id of each, None for a duplicate
-        of (task, target, hardware, versions, candidate), including within the batch."""
+        of (task, target, hardware, versions, candidate), including within the batch.
+        A stored failure of a kind in `replace_failures` for the same candidate and
+        scope is deleted first, in the same transaction, so the new result takes its
+        place (one record per candidate and scope: the uniqueness rule)."""
         records = list(records)
         for rec in records:
             rows.check_record(rec)
         if not records:
             return []
         workloads = list({r.task_key: rows.workload_row(r) for r in records}.values())
+        kinds = sorted(set(replace_failures))
 
         def write(cur):
             created = time.time()
             for w in workloads:
                 cur.execute(rows.INSERT_WORKLOAD, w)
-            return self._insert_returning(cur, rows.INSERT_RECORD,
-                                          [rows.record_row(r, created) for r in records])
+            params = [rows.record_row(r, created) for r in records]
+            if kinds:
+                for p in params:
+                    cur.execute(rows.delete_failure_sql(len(kinds)),
+                                rows.unique_key(p) + tuple(kinds))
+            return self._insert_returning(cur, rows.INSERT_RECORD, params)
 
         return self.transaction(write, write=True)
 
@@ -135,6 +144,19 @@ class SqlDatabase:
         params = (task_key, target_key, hardware_key, *pair)
         found = self._query(sql, params)
         return {key for (key,) in found}
+
+    def failed_records(self, task_key: str, target_key: str, hardware_key: str,
+                       versions: dict, kinds: Collection[str]) -> list[Record]:
+        """The failures of these kinds in this scope, in insertion order (what
+        `tune --retry-failures` measures again)."""
+        pair = rows.version_pair(versions)
+        kinds = sorted(set(kinds))
+        if pair is None or not kinds:
+            return []
+        sql = (f"SELECT {rows.RECORD_COLUMNS} FROM {rows.RECORD_FROM} WHERE {_SCOPE} "
+               f"AND r.error_kind IN ({', '.join('?' * len(kinds))}) ORDER BY r.id")
+        found = self._query(sql, (task_key, target_key, hardware_key, *pair, *kinds))
+        return [rows.row_record(row) for row in found]
 
     def top_k(self, task_key: str, target_key: str, hardware_key: str, versions: dict,
               k: int) -> list[Record]:
@@ -217,14 +239,15 @@ class SqlDatabase:
 
     # -- maintenance ---------------------------------------------------------------
     def prune(self, keep: int, *, drop_failures: bool = False, task_key: str | None = None,
-              dry_run: bool = False) -> dict:
+              dry_run: bool = False, kinds: Collection[str] = ()) -> dict:
         """Delete correct records beyond the `keep` fastest of each usable scope (so
         best() and top_k(k <= keep) return what they returned before), and failures
-        when `drop_failures`. Returns {"slow": n, "failures": n, "kept": n}."""
+        when `drop_failures` (only those of `kinds` when given). Returns
+        {"slow": n, "failures": n, "kept": n}."""
         from .prune import prune
 
         return prune(self, keep, drop_failures=drop_failures, task_key=task_key,
-                     dry_run=dry_run)
+                     dry_run=dry_run, kinds=kinds)
 
 
 def _fetchall(cur, sql: str, params: tuple) -> list[tuple]:

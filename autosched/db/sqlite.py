@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 from urllib.parse import parse_qsl, quote
 
-from ..errors import UserError
+from ..errors import InfrastructureError, UserError
 from .schema import SQLITE
 from .sqlbase import SqlDatabase
 
@@ -182,7 +182,11 @@ class SqliteDatabase(SqlDatabase):
             return UserError(f"{self.url} is read-only here; records cannot be added ({msg})")
         if "not a database" in low or "malformed" in low:
             return UserError(f"{self.path} is not a usable SQLite database ({msg})")
-        if "unable to open" in low or "disk is full" in low or "disk i/o" in low:
+        if "disk is full" in low or "disk i/o" in low:  # the machine's, not the input's
+            return InfrastructureError(f"cannot write to {self.url}: {msg}",
+                                       f"free space on the disk holding "
+                                       f"{os.path.abspath(self.path)}, then rerun")
+        if "unable to open" in low:
             return UserError(f"cannot use {self.url}: {msg}")
         return e
 

@@ -6,20 +6,29 @@ with the path of the exported `.so`. A build that runs past `settings.build_time
 has its worker killed (with any compiler it started) and is reported as
 `build_timeout`; a worker that dies mid-build is `build_error` with how it died; a
 compiler exception is `build_error` with its message. Later builds get a fresh worker.
+
+A failure that is the machine's (no compiler, a broken linker, a build folder that is
+gone, full or read-only; decided in `faults.py`, if need be by building the task's
+default candidate the same way) is raised as `InfrastructureError` for the whole batch,
+never returned as a candidate's `build_error`. So is a worker that cannot start after
+`_MAX_START_FAILURES` tries with backoff.
 """
 from __future__ import annotations
 
 import os
 import select
 import shutil
+import sys
 import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
 
+from ..errors import InfrastructureError
+from . import faults
 from .base import BuildArtifact
 from .settings import MeasureInput, MeasureSettings
-from .worker import STARTUP_TIMEOUT, WorkerDied, WorkerProcess
+from .worker import STARTUP_TIMEOUT, WorkerDied, WorkerProcess, WorkerStartError
 
 # Test-only fault injection: an IRModule attribute read by the build worker.
 # "sleep:<seconds>" sleeps before compiling (a hanging build); "crash" kills the worker
@@ -41,10 +50,12 @@ class LocalBuilder:
     """Builds `MeasureInput.mod` for `MeasureInput.target` into `<folder>/builds/*.so`,
     worker logs in `<folder>/workers/`. `folder` is the run's own (`scratch.RunFolder`):
     `close()` removes `builds/`, which no other run may be using. The files live until
-    the caller deletes them or `close()` removes the folder."""
+    the caller deletes them or `close()` removes the folder. `python` is the interpreter
+    the build workers run (a wrapper may set limits)."""
 
-    def __init__(self, settings: MeasureSettings, folder: str):
+    def __init__(self, settings: MeasureSettings, folder: str, python: str = sys.executable):
         self.settings = settings
+        self.python = python
         self.out_dir = os.path.join(folder, "builds")
         self.log_dir = os.path.join(folder, "workers")
         os.makedirs(self.out_dir, exist_ok=True)
@@ -56,8 +67,24 @@ class LocalBuilder:
         return [s.worker.pid for s in self._slots if s.worker is not None]
 
     def build(self, inputs: list[MeasureInput]) -> list[BuildArtifact]:
-        """One artifact per input, in order. Never raises for a candidate's failure."""
+        """One artifact per input, in order. Never raises for a candidate's failure;
+        raises InfrastructureError (and keeps no library of the batch) for the machine's."""
+        results, verdicts = self._build_all(inputs)
+        machine = next((v for v, _ in verdicts.values() if v.side == faults.MACHINE), None)
+        if machine is None:
+            machine = self._probe(inputs, {i: stage for i, (v, stage) in verdicts.items()
+                                           if v.side == faults.UNSURE})
+        self._settle()
+        if machine is not None:
+            for art in results:
+                _unlink(art.path)
+            raise InfrastructureError(machine.cause, machine.remedy)
+        return results
+
+    def _build_all(self, inputs: list[MeasureInput]):
+        """(artifacts, {index: (Verdict, stage)} for each failure that was not a timeout)."""
         results: list[BuildArtifact | None] = [None] * len(inputs)
+        self._verdicts: dict[int, tuple[faults.Verdict, str]] = {}
         jobs: deque[tuple[int, dict]] = deque()
         for i, inp in enumerate(inputs):
             try:
@@ -67,8 +94,29 @@ class LocalBuilder:
         while jobs or any(s.job for s in self._slots):
             self._dispatch(jobs, results)
             self._wait(results)
-        self._settle()
-        return results  # type: ignore[return-value]
+        return results, self._verdicts
+
+    def _probe(self, inputs: list[MeasureInput], unsure: dict[int, str]):
+        """Build the default candidate of each task with a doubtful failure: the
+        machine's Verdict when that fails too, else None (the candidates' fault)."""
+        probed = set()
+        for index, stage in unsure.items():
+            inp = inputs[index]
+            if inp.task.key in probed:
+                continue
+            probed.add(inp.task.key)
+            baseline = inp.task.mod if inp.baseline is None else inp.baseline
+            (art,), verdicts = self._build_all([MeasureInput(inp.task, inp.target, None,
+                                                             baseline)])
+            _unlink(art.path)
+            if art.ok or art.error_kind == "build_timeout":
+                continue  # it builds (or proves nothing): the candidate's own failure
+            own = verdicts.get(0)
+            if own is not None and own[0].side == faults.MACHINE:
+                return own[0]
+            return faults.judge_probe(art.error_msg, own[1] if own else stage,
+                                      inp.target.kind)
+        return None
 
     def _settle(self) -> None:
         """Let workers still importing TVM finish now, so that they do not load the
@@ -77,7 +125,7 @@ class LocalBuilder:
             if slot.worker is not None and not slot.worker.ready:
                 try:
                     slot.worker.wait_ready(max(1.0, slot.deadline - time.monotonic()))
-                except RuntimeError:
+                except WorkerStartError:
                     slot.worker = None  # wait_ready killed it; the next build retries
 
     def _request(self, inp: MeasureInput) -> dict:
@@ -85,14 +133,19 @@ class LocalBuilder:
 
         mod = inp.mod if isinstance(inp.mod, tvm.IRModule) else tvm.IRModule({"main": inp.mod})
         out = os.path.join(self.out_dir, f"{uuid.uuid4().hex}.so")
-        return {"mod": tvm.ir.save_json(mod), "target": inp.target.config, "out": out}
+        return {"mod": tvm.ir.save_json(mod), "target": inp.target.config, "out": out,
+                "kind": inp.target.kind}
 
     def _dispatch(self, jobs, results) -> None:
         now = time.monotonic()
         free = sum(1 for s in self._slots if s.worker is not None and s.job is None)
         for slot in self._slots:
             if slot.worker is None and len(jobs) > free:  # start only the workers needed
-                slot.worker = WorkerProcess("build", self.log_dir)
+                try:
+                    slot.worker = WorkerProcess("build", self.log_dir, self.python)
+                except WorkerStartError as e:
+                    self._start_failed(slot, e.cause)
+                    continue
                 slot.deadline = now + STARTUP_TIMEOUT
                 free += 1
             if slot.worker and slot.worker.ready and slot.job is None and jobs:
@@ -102,7 +155,8 @@ class LocalBuilder:
                 try:
                     slot.worker.send(slot.job[1])
                 except WorkerDied as e:
-                    self._finish(slot, results, "build_error", f"build worker died: {e}")
+                    self._finish(slot, results, "build_error", f"build worker died: {e}",
+                                 judged=True)
 
     def _wait(self, results) -> None:
         waiting = [s for s in self._slots if s.worker and (s.job or not s.worker.ready)]
@@ -118,7 +172,7 @@ class LocalBuilder:
             reply = slot.worker.poll_reply()
         except WorkerDied as e:
             if slot.job:
-                self._finish(slot, results, "build_error", f"build worker {e}")
+                self._finish(slot, results, "build_error", f"build worker {e}", judged=True)
             else:
                 self._start_failed(slot, str(e))
             return
@@ -141,12 +195,18 @@ class LocalBuilder:
             else:
                 results[index] = BuildArtifact(None, "build_error", reply.get("error", "?"),
                                                seconds)
+                self._verdicts[index] = (faults.judge_reply(reply, self.out_dir,
+                                                            request["kind"]),
+                                         reply.get("stage", "compile"))
             slot.job = None
 
-    def _finish(self, slot: _Slot, results, kind: str, msg: str) -> None:
-        """Record a failure of the slot's job and replace its worker."""
+    def _finish(self, slot: _Slot, results, kind: str, msg: str, judged: bool = False) -> None:
+        """Record a failure of the slot's job and replace its worker; `judged`: a death
+        whose cause may be the machine's (a timeout is always the candidate's)."""
         index, request = slot.job
         results[index] = BuildArtifact(None, kind, msg, time.monotonic() - slot.started)
+        if judged:
+            self._verdicts[index] = (faults.judge_death(msg, self.out_dir), "export")
         slot.job = None
         slot.worker.kill()
         slot.worker = None
@@ -156,13 +216,21 @@ class LocalBuilder:
             pass
 
     def _start_failed(self, slot: _Slot, why: str) -> None:
-        tail = slot.worker.log_tail()
-        slot.worker.kill()
+        """Retry a worker that did not start, with backoff; InfrastructureError when it
+        never does (a broken interpreter or environment, not any candidate's fault)."""
+        tail = ""
+        if slot.worker is not None:
+            tail = slot.worker.log_tail()
+            slot.worker.kill()
         slot.worker = None
         slot.start_failures += 1
         if slot.start_failures >= _MAX_START_FAILURES:
-            raise RuntimeError(f"build worker failed to start {slot.start_failures} times: "
-                               f"{why}; {tail}")
+            detail = " ".join(f"{why}; {tail}".split())[-400:] if tail else why
+            raise InfrastructureError(
+                f"the build worker failed to start {slot.start_failures} times ({detail})",
+                f"check that `{self.python} -c 'import tvm, autosched'` works in this "
+                "environment, then rerun")
+        time.sleep(0.5 * 2 ** (slot.start_failures - 1))
 
     def close(self) -> None:
         """Kill the workers and delete every library this builder wrote."""
@@ -186,7 +254,9 @@ def _inject_fault(fault: str) -> None:
 
 
 def build_job(request: dict) -> dict:
-    """In the build worker: JSON module -> compiled, exported `.so`."""
+    """In the build worker: JSON module -> compiled, exported `.so`. A failure says at
+    which stage (`compile` in TVM, `export`: linking) and, for linking, the evidence
+    `faults.judge_reply` weighs: the compiler found here, the OSError's errno and file."""
     import tvm
 
     from .worker import error_text
@@ -197,7 +267,23 @@ def build_job(request: dict) -> dict:
             _inject_fault(str(mod.attrs[TEST_FAULT_ATTR]))
             mod = mod.without_attr(TEST_FAULT_ATTR)
         exe = tvm.compile(mod, target=tvm.target.Target(request["target"]))
+    except Exception as e:
+        return {"ok": False, "stage": "compile", "error": error_text(e)}
+    try:
         exe.export_library(request["out"])
     except Exception as e:
-        return {"ok": False, "error": error_text(e)}
+        from tvm.support.cc import get_cc
+
+        os_error = e if isinstance(e, OSError) else None
+        return {"ok": False, "stage": "export", "error": error_text(e),
+                "compiler": get_cc(), "errno": os_error.errno if os_error else None,
+                "filename": os_error.filename if os_error else None}
     return {"ok": True, "path": request["out"]}
+
+
+def _unlink(path: str | None) -> None:
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass

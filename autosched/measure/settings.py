@@ -32,9 +32,12 @@ class MeasureSettings:
 class MeasureInput:
     """One candidate to measure: its task (`Task`), target (`TargetSpec`), candidate
     (`search_space.Candidate`; None for a module measured outside a search) and the
-    scheduled IRModule."""
+    scheduled IRModule. `baseline` is the module of the task's default candidate (None:
+    the task's unscheduled function, the default on the CPU): a builder builds it when a
+    failure could be the machine's, to tell (see `faults.py`)."""
 
     task: Task
     target: TargetSpec
     candidate: Candidate | None
     mod: Any
+    baseline: Any = None

@@ -30,6 +30,8 @@ import tempfile
 import time
 import weakref
 
+from ..errors import InfrastructureError
+
 # The roles a child can serve: role -> "module:function" taking and returning a dict.
 HANDLERS = {
     "build": "autosched.measure.builder:build_job",
@@ -47,6 +49,11 @@ class WorkerDied(Exception):
     """The child exited (crash, signal, os._exit) while the parent waited for it."""
 
 
+class WorkerStartError(InfrastructureError, RuntimeError):
+    """A worker could not be started or never said it was ready: the interpreter, the
+    environment or the log folder is broken. Never a candidate's fault."""
+
+
 def describe_exit(returncode: int | None) -> str:
     """'killed by signal 11 (SIGSEGV)' / 'exited with status 3'."""
     if returncode is None:
@@ -61,21 +68,34 @@ def describe_exit(returncode: int | None) -> str:
 
 
 class WorkerProcess:
-    """Parent-side handle of one child serving `role` (a key of HANDLERS)."""
+    """Parent-side handle of one child serving `role` (a key of HANDLERS), run by the
+    interpreter `python`. WorkerStartError when the process cannot be started."""
 
-    def __init__(self, role: str, log_dir: str):
+    def __init__(self, role: str, log_dir: str, python: str = sys.executable):
         if role not in HANDLERS:
             raise ValueError(f"unknown worker role {role!r}")
         self.role = role
-        os.makedirs(log_dir, exist_ok=True)
-        fd, self.log_path = tempfile.mkstemp(prefix=f"{role}-", suffix=".log", dir=log_dir)
         self._buf = b""
         self.ready = False
-        with os.fdopen(fd, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "autosched.measure.worker", role],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                env=_child_env(), start_new_session=True, close_fds=True)
+        try:
+            os.makedirs(log_dir, exist_ok=True)
+            fd, self.log_path = tempfile.mkstemp(prefix=f"{role}-", suffix=".log",
+                                                 dir=log_dir)
+        except OSError as e:
+            raise WorkerStartError(f"cannot create a {role} worker's log in {log_dir}: "
+                                   f"{e.strerror}", f"make {log_dir} a writable folder "
+                                   "with free space, then rerun") from None
+        try:
+            with os.fdopen(fd, "wb") as log:
+                self.proc = subprocess.Popen(
+                    [python, "-m", "autosched.measure.worker", role],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                    env=_child_env(), start_new_session=True, close_fds=True)
+        except OSError as e:
+            os.unlink(self.log_path)
+            raise WorkerStartError(f"cannot start a {role} worker with {python}: "
+                                   f"{e.strerror}", f"check that `{python} -c 'import "
+                                   "tvm, autosched'` works here, then rerun") from None
         os.set_blocking(self.proc.stdout.fileno(), False)
         _LIVE.add(self)
 
@@ -126,17 +146,20 @@ class WorkerProcess:
             select.select([self.fileno()], [], [], left)
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT) -> None:
-        """Block until the child has finished its imports; RuntimeError if it cannot."""
+        """Block until the child has finished its imports; WorkerStartError if it cannot."""
+        remedy = (f"check that `{self.proc.args[0]} -c 'import tvm, autosched'` works "
+                  "here, then rerun")
         try:
             reply = self.wait_reply(timeout)
         except WorkerDied as e:
             self.kill()
-            raise RuntimeError(f"measurement worker ({self.role}) failed to start: {e}") from None
+            raise WorkerStartError(f"measurement worker ({self.role}) failed to start: "
+                                   f"{' '.join(str(e).split())[-400:]}", remedy) from None
         if reply is None or not reply.get("ready"):
-            tail = self.log_tail()
+            tail = " ".join(self.log_tail().split())[-400:]
             self.kill()
-            raise RuntimeError(f"measurement worker ({self.role}) did not start within "
-                               f"{timeout:.0f}s; log: {tail}")
+            raise WorkerStartError(f"measurement worker ({self.role}) did not start within "
+                                   f"{timeout:.0f}s; log: {tail}", remedy)
         self.ready = True
 
     def death_message(self) -> str:

@@ -66,6 +66,7 @@ class PgServer:
         self._as_user: list[str] = []
         self._tmp: str | None = None
         self._databases = 0
+        self._opts = ""
 
     # -- lifecycle -----------------------------------------------------------------
     def _prepare_user(self, path: str) -> None:
@@ -104,19 +105,29 @@ class PgServer:
         return self
 
     def _pg_ctl_start(self) -> None:
-        opts = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
-                f"-c unix_socket_directories={self._tmp} -c max_connections=100 "
-                f"-c fsync={'on' if self.fsync else 'off'}")
+        self._opts = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
+                      f"-c unix_socket_directories={self._tmp} -c max_connections=100 "
+                      f"-c fsync={'on' if self.fsync else 'off'}")
+        self.resume()
+
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server, keeping its data: what a restart or a failover looks like to
+        clients (their connections drop); `resume()` starts it again on the same port.
+        `mode` "immediate" stops it as a crash would."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", mode, "-w",
+                  "stop")
+
+    def resume(self) -> None:
+        """Start the server (again) on its data directory and port."""
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-w", "-t", "60",
-                  "-l", str(Path(self._tmp) / "server.log"), "-o", opts, "start")
+                  "-l", str(Path(self._tmp) / "server.log"), "-o", self._opts, "start")
 
     def restart(self, down_seconds: float = 0.0) -> None:
-        """Kill the server as a crash would (immediate shutdown: every connection drops),
-        stay down `down_seconds`, then start it again on the same port and data."""
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "immediate",
-                  "-w", "stop")
+        """Crash (immediate shutdown: every connection drops), stay down `down_seconds`,
+        start again on the same port and data."""
+        self.halt("immediate")
         time.sleep(down_seconds)
-        self._pg_ctl_start()
+        self.resume()
 
     def stop(self) -> None:
         if self.datadir is not None and (self.datadir / "postmaster.pid").exists():
