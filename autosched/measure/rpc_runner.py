@@ -178,7 +178,8 @@ class RPCRunner:
         with self._lock:
             first, there = self._hardware.setdefault(device, (reading, where))
         if reading != first:
-            diff = sorted(k for k in first.keys() | reading.keys() if first.get(k) != reading.get(k))
+            diff = sorted(k for k in first.keys() | reading.keys()
+                          if first.get(k) != reading.get(k))
             raise UserError(f"--runner {self.address}: the servers of key '{self.address.key}' "
                             f"are different machines ({there}: {_fields(first, diff)}; "
                             f"{where}: {_fields(reading, diff)}); give each kind of machine "

@@ -107,3 +107,19 @@ def test_a_key_whose_servers_differ_is_refused_in_one_line(farm, key, tmp_path, 
     model = OTHER_CPU if first == other[0].address else _host_cpu()
     assert all(r.hardware["model"] == model for r in records)
     assert len({r.hardware_key for r in records}) <= 1
+
+
+def test_a_cuda_servers_fingerprint_is_its_gpu_whatever_this_machine_has():
+    from autosched.target import server_fingerprint
+
+    target = resolve_target("cuda")
+    reading = {"name": "NVIDIA H200", "compute_version": "9.0", "sm_count": 132,
+               "memory": 150_110_011_392}
+    fp = server_fingerprint(target, reading)
+    assert fp == {"device": "gpu", "name": "NVIDIA H200", "arch": "sm_90", "sm_count": 132,
+                  "memory": 150_110_011_392}
+    assert target.measured_on(fp).fingerprint == fp
+    assert target.measured_on(fp).hardware_key != target.hardware_key
+    assert target.measured_on(target.fingerprint) is target
+    silent = server_fingerprint(target, {})  # a server that says nothing is not this one
+    assert silent["name"] == silent["arch"] == "unknown (the RPC server does not say)"
