@@ -12,7 +12,7 @@ import os
 import platform
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .errors import UserError
@@ -48,6 +48,11 @@ class TargetSpec:
     def to_json(self) -> dict:
         return {"kind": self.kind, "config": self.config, "fingerprint": self.fingerprint}
 
+    def measured_on(self, fingerprint: dict) -> "TargetSpec":
+        """This target as measured on the machine `fingerprint` describes (an RPC
+        server): records made with it carry that machine's fingerprint and key."""
+        return self if fingerprint == self.fingerprint else replace(self, fingerprint=fingerprint)
+
 
 def cpu_model() -> str:
     """This machine's CPU model name (what a record's hardware fingerprint names)."""
@@ -76,8 +81,30 @@ def _llvm_cpu() -> str:
 
 
 def cpu_fingerprint(mcpu: str) -> dict:
+    """This machine's CPU, for records of candidates compiled for `mcpu`."""
     return {"device": "cpu", "model": cpu_model(), "mcpu": mcpu, "cores": _num_cores(),
             "machine": platform.machine()}
+
+
+UNSAID = "unknown (the RPC server does not say)"
+
+
+def server_fingerprint(target: TargetSpec, reading: dict) -> dict:
+    """The fingerprint of an RPC server from what it reported of itself
+    (`rpc_session.read_hardware`). A CPU is named by LLVM's name for it (TVM's server
+    does not expose the model name), with vendor, logical cores, architecture and memory
+    in whole GiB; a GPU by name, architecture, SM count and memory. It never names this machine."""
+    if target.kind == "cuda":
+        version = str(reading.get("compute_version") or "")
+        return {"device": "gpu", "name": reading.get("name") or UNSAID,
+                "arch": "sm_" + version.replace(".", "") if version else UNSAID,
+                "sm_count": reading.get("sm_count"), "memory": reading.get("memory")}
+    triple = reading.get("triple")
+    return {"device": "cpu", "model": reading.get("cpu") or UNSAID,
+            "vendor": reading.get("vendor") or UNSAID,
+            "mcpu": target.config.get("mcpu", "generic"), "cores": reading.get("cores"),
+            "machine": triple.split("-", 1)[0] if triple else UNSAID,
+            "memory_gib": reading.get("memory_gib")}
 
 
 @lru_cache(maxsize=1)

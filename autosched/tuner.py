@@ -107,7 +107,14 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
         raise UserError(no_local_gpu_message())
     new_strategy = strategy_factory or default_strategies(config)
     db = open_database(config.database_url)
+    owned = measurer is None
     try:
+        if owned:
+            measurer = make_measurer(config.measure, config.runner, config.work_dir)
+        try:  # records, and what the database holds, are of the machine that measures
+            target = target.measured_on(measurer.hardware(target))
+        except (BudgetExhausted, InfrastructureError) as e:
+            return TuneResult([], db.url, target, stopped=str(e))
         versions = current_versions(SPACE_VERSION)
         known_tasks = db.tasks()
         states = []
@@ -125,22 +132,20 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
         result = TuneResult(states, db.url, target, warm_start=warm)
         for cb in callbacks:
             cb.on_start(states, config.trials)
-        owned = measurer is None
-        if owned:
-            measurer = make_measurer(config.measure, config.runner, config.work_dir)
         try:
             _loop(states, config, target, versions, db, measurer,
                   TaskScheduler(len(states)), callbacks)
         except (BudgetExhausted, InfrastructureError) as e:
             result.stopped = str(e)  # committed chunks stay, the one in flight is dropped
-        finally:
-            if owned:
-                measurer.close()
         for cb in callbacks:
             cb.on_end(result)
         return result
     finally:
-        db.close()
+        try:
+            if owned and measurer is not None:
+                measurer.close()
+        finally:
+            db.close()
 
 
 def default_strategies(config: TuneConfig) -> Callable[[], SearchStrategy]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..target import TargetSpec
 from .result import MeasureResult
 from .settings import MeasureInput
 
@@ -54,6 +55,10 @@ class Runner(Protocol):
         (`run_error`, `run_timeout`, `wrong_answer`). `run_seconds` is filled; the caller
         fills `build_seconds`. A failed artifact yields its build failure unchanged."""
 
+    def hardware(self, target: TargetSpec) -> dict:
+        """The hardware fingerprint of the machine it runs `target`'s candidates on:
+        `target.fingerprint` for this machine, the servers' own for RPC."""
+
     def close(self) -> None:
         """Stop every worker process or connection."""
 
@@ -66,6 +71,10 @@ class Measurer(Protocol):
     def measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
         """One result per input, in order. A failure of a candidate is a result; a fault
         of the machine, the toolchain or the simulation log is raised, never a result."""
+
+    def hardware(self, target: TargetSpec) -> dict:
+        """The fingerprint of the machine it measures `target` on; the loop records
+        with it (`TargetSpec.measured_on`)."""
 
     def close(self) -> None:
         """Stop every worker; remove temporary files."""

@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import weakref
 
+from ..target import TargetSpec
 from .base import Builder, Runner
 from .builder import LocalBuilder
 from .result import MeasureResult
@@ -44,6 +45,10 @@ class BuildRunMeasurer:
     def concurrency(self) -> int:
         """A chunk fills every build worker and every session the runner holds now."""
         return max(1, self.build_workers, self.runner.concurrency)
+
+    def hardware(self, target: TargetSpec) -> dict:
+        """The runner's machine for `target` (see `base.Measurer.hardware`)."""
+        return self.runner.hardware(target)
 
     def measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
         """One result per input, in order. Failures are results, never exceptions."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 
+from ..target import TargetSpec
 from .base import BuildArtifact
 from .reference import Reference, ensure_reference
 from .result import MeasureResult
@@ -48,6 +49,10 @@ class LocalRunner:
         """Process id of the current run worker (None before the first run); a failure
         replaces it with a fresh one (for diagnostics)."""
         return self._worker.pid if self._worker is not None else None
+
+    def hardware(self, target: TargetSpec) -> dict:
+        """This machine, as the target resolved it."""
+        return target.fingerprint
 
     def run(self, inputs: list[MeasureInput],
             artifacts: list[BuildArtifact]) -> list[MeasureResult]:

@@ -21,6 +21,10 @@ Faults:
   session is lost while the kernel ran and the server then shows exactly that (gone
   from the tracker, its port still open), the candidate is `run_error` and is not sent
   to another server to crash that one too;
+- every session first reads the server's hardware (`rpc_session.read_hardware`); the
+  first reading is what `hardware(target)` reports for the run's records, and a server
+  of the key that reads otherwise stops the run with a UserError before its result is
+  used: one key must name one kind of machine, or a database would mix them;
 - when the key has no server left, or the tracker is gone, `run` raises `NoServersLeft`
   and the tuning loop stops; a bad tracker address or a key without servers is a
   `UserError` when the runner is made, before any tuning.
@@ -34,6 +38,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from ..errors import NoServersLeft, UserError
+from ..target import TargetSpec, server_fingerprint
 from .base import BuildArtifact
 from .local_runner import DEVICES
 from .reference import Reference, ensure_reference
@@ -73,7 +78,7 @@ class _Batch:
                 self.cond.wait()
             return self.queue.popleft() if self.queue and self.error is None else None
 
-    def done(self, job: _Job, result: MeasureResult) -> None:
+    def done(self, job: _Job, result: MeasureResult | None) -> None:
         with self.cond:
             self.results[job.index] = result
             self.open -= 1
@@ -113,6 +118,7 @@ class RPCRunner:
         self.servers_used: Counter = Counter()
         self.lost_servers: set[str] = set()
         self._references: dict[str, Reference] = {}
+        self._hardware: dict[str, tuple[dict, str]] = {}  # device -> (reading, server)
         self._workers: list[WorkerProcess | None] = []
         self._lock = threading.Lock()
         self.concurrency = min(address.sessions, self._check_farm())
@@ -151,6 +157,35 @@ class RPCRunner:
             raise NoServersLeft(f"no RPC server of key '{a.key}' is left at tracker "
                                 f"{a.tracker}{lost}")
         return len(servers)
+
+    # ------------------------------------------------------------------ hardware
+
+    def hardware(self, target: TargetSpec) -> dict:
+        """The fingerprint of the servers of our key for `target`, read over a session
+        with one of them unless a session already did (see `base.Runner.hardware`).
+        NoServersLeft when no server could be read."""
+        device = DEVICES[target.kind]
+        if device not in self._hardware:
+            results: list[MeasureResult | None] = [None]
+            probe = {"probe": True, "device": device,
+                     "session_timeout": self.settings.run_timeout}
+            self._run_batch(_Batch([_Job(0, probe)], results))
+            if device not in self._hardware:
+                raise NoServersLeft(f"could not read the hardware of any RPC server of key "
+                                    f"'{self.address.key}': {results[0].error_msg}")
+        return server_fingerprint(target, self._hardware[device][0])
+
+    def _same_hardware(self, device: str, reading: dict, where: str) -> None:
+        """Remember the first server's hardware; UserError for a server that differs."""
+        with self._lock:
+            first, there = self._hardware.setdefault(device, (reading, where))
+        if reading != first:
+            diff = sorted(k for k in first.keys() | reading.keys()
+                          if first.get(k) != reading.get(k))
+            raise UserError(f"--runner {self.address}: the servers of key '{self.address.key}' "
+                            f"are different machines ({there}: {_fields(first, diff)}; "
+                            f"{where}: {_fields(reading, diff)}); give each kind of machine "
+                            "its own key")
 
     # ------------------------------------------------------------------ running
 
@@ -256,6 +291,11 @@ class RPCRunner:
         if reply.get("misconfigured"):
             raise UserError(f"--runner {self.address}: {reply['misconfigured']}")
         if not reply.get("lost"):
+            if "hardware" in reply:  # absent only where the server was never reached
+                self._same_hardware(job.request["device"], reply["hardware"], where)
+            if job.request.get("probe"):  # nothing was measured: no result, no count
+                batch.done(job, None)
+                return
             with self._lock:
                 self.stats["measured"] += 1
                 self.servers_used[where] += 1
@@ -332,6 +372,10 @@ class RPCRunner:
         """Kill every session worker (their connections close with them)."""
         for slot in range(len(self._workers)):
             self._drop_worker(slot)
+
+
+def _fields(reading: dict, keys: list[str]) -> str:
+    return ", ".join(f"{k}={reading.get(k)}" for k in keys)
 
 
 def _result(reply: dict, seconds: float) -> MeasureResult:

@@ -13,6 +13,7 @@ import json
 from typing import Iterable
 
 from ..errors import UserError
+from ..target import TargetSpec
 from .result import MeasureResult
 from .settings import MeasureInput
 
@@ -70,6 +71,10 @@ class SimulatedMeasurer:
         except KeyError:
             raise NotInLog(f"the simulation log has no measurement of candidate "
                            f"{candidate_key} of task {task_key}") from None
+
+    def hardware(self, target: TargetSpec) -> dict:
+        """The target's own fingerprint: a replay stands in for the machine it tunes for."""
+        return target.fingerprint
 
     def measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
         """One logged result per input, in order; NotInLog (before answering any of

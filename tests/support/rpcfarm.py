@@ -21,9 +21,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+REPORTING_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "reporting_server.py")
+
+
 def _start(args: list[str], log_path: str) -> subprocess.Popen:
+    """`python -m ARGS` (or `python SCRIPT.py ...`) in a process group of its own."""
+    argv = args if args[0].endswith(".py") else ["-m", *args]
     with open(log_path, "wb") as log:
-        return subprocess.Popen([sys.executable, "-m", *args], stdout=log,
+        return subprocess.Popen([sys.executable, *argv], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
 
@@ -86,13 +92,17 @@ class Farm:
 
         return sorted(servers_by_key(self.summary()).get(key, []))
 
-    def add_servers(self, key: str, n: int) -> list[Server]:
-        """Start n servers of `key` side by side; return once all are registered."""
+    def add_servers(self, key: str, n: int, cpu: str | None = None,
+                    cores: int | None = None) -> list[Server]:
+        """Start n servers of `key` side by side; return once all are registered. With
+        `cpu` and `cores`, they describe that CPU (`reporting_server.py`), not this one."""
+        program = ["tvm.exec.rpc_server"] if cpu is None else \
+            [REPORTING_SERVER, "--cpu", cpu, "--cores", str(cores)]
         new = []
         for _ in range(n):
             port = free_port()
             log = os.path.join(self.log_dir, f"server-{key}-{port}.log")
-            proc = _start(["tvm.exec.rpc_server", "--tracker", self.address, "--key", key,
+            proc = _start([*program, "--tracker", self.address, "--key", key,
                            "--host", "127.0.0.1", "--port", str(port), "--port-end",
                            str(port + 1)], log)
             new.append(Server(key, port, proc, log))

@@ -116,6 +116,10 @@ class SyntheticMeasurer:
         return [synthetic_latency(inp.candidate) if inp.candidate.sketch == "tile"
                 else MeasureResult(latencies=(1.0,)) for inp in inputs]
 
+    def hardware(self, target):
+        """The target's own machine: nothing is measured anywhere."""
+        return target.fingerprint
+
     def close(self) -> None:
         return None
 
