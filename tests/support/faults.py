@@ -29,6 +29,9 @@ class RecordingMeasurer:
     def concurrency(self) -> int:
         return self.inner.concurrency
 
+    def hardware(self, target):
+        return self.inner.hardware(target)
+
     def measure(self, inputs):
         self.asked.append([i.candidate.key for i in inputs])
         return self.inner.measure(inputs)
