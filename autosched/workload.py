@@ -75,9 +75,13 @@ class _TimeUp(BaseException):
 def time_limit(seconds: float | None, what: str):
     """Stop the user's Python code in the block after `seconds` with a UserError naming
     `what`. SIGALRM works only in the main thread; elsewhere (an API user's worker
-    thread) or with `seconds` None or 0 the block runs unlimited. Native code that never
-    returns to the interpreter is not interrupted until it does."""
-    if not seconds or threading.current_thread() is not threading.main_thread():
+    thread), while another alarm is pending, or with `seconds` None or 0 the block runs
+    unlimited. Native code that never returns to the interpreter is not interrupted
+    until it does."""
+    if not seconds or threading.current_thread() is not threading.main_thread() \
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+        # an alarm someone else set (a test runner's timeout) is left alone: taking
+        # over SIGALRM would cancel it
         yield
         return
 

@@ -143,3 +143,23 @@ def test_the_good_file_of_the_cases_tunes(cli, write_op, tmp_path):
     stats = cli("db", "stats", "--db", f"sqlite:///{tmp_path / 'db.sqlite'}", cwd=tmp_path)
     assert stats.returncode == 0, stats.stderr
     assert "records" in stats.stdout
+
+
+def test_the_load_limit_leaves_an_alarm_already_set_alone(tmp_path):
+    """A caller's own SIGALRM timer (a test runner's timeout) survives loading an op
+    file; the loader's limit applies only when no other alarm is pending."""
+    import subprocess
+    import sys
+
+    code = (
+        "import signal, sys\n"
+        "from autosched.workload import load_tasks\n"
+        "signal.signal(signal.SIGALRM, lambda *a: sys.exit(7))\n"
+        "signal.setitimer(signal.ITIMER_REAL, 120)\n"
+        f"load_tasks({str(tmp_path / 'op.py')!r}, timeout_s=0.5)\n"
+        "left = signal.getitimer(signal.ITIMER_REAL)[0]\n"
+        "print(int(60 < left <= 120), signal.getsignal(signal.SIGALRM).__name__)\n")
+    (tmp_path / "op.py").write_text(ADD)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path, check=True).stdout
+    assert out.split() == ["1", "<lambda>"]
