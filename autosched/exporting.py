@@ -71,8 +71,10 @@ def export_tasks(tasks, target_text: str, out_dir: str, db_url: str | None = Non
 
     from .db import DEFAULT_DB_URL, open_database
     from .target import resolve_target
+    from .validation import check_tasks
 
     target = resolve_target(target_text)
+    check_tasks(tasks, target)
     versions = current_versions(SPACE_VERSION)
     db = open_database(db_url or DEFAULT_DB_URL)
     try:
@@ -123,10 +125,13 @@ def _replace_dir(staging: str, out_dir: str) -> None:
 
 
 def export(op_file: str, target: str, out_dir: str, db_url: str | None = None,
-           workloads: list[str] | None = None, args: list[str] | None = None) -> str:
-    """`autosched export`: best records of the selected workloads -> a kernel library."""
-    from .workload import load_instances, make_task
+           workloads: list[str] | None = None, args: list[str] | None = None,
+           load_timeout_s: float | None = None) -> str:
+    """`autosched export`: best records of the selected workloads -> a kernel library.
+    `load_timeout_s` limits loading the op file (None: the loader's default)."""
+    from .workload import LOAD_TIMEOUT_S, load_instances, make_task
 
-    pairs = load_instances(op_file, workloads, args)
-    tasks = [make_task(d, a) for d, a in pairs]
+    timeout = LOAD_TIMEOUT_S if load_timeout_s is None else load_timeout_s
+    pairs = load_instances(op_file, workloads, args, timeout)
+    tasks = [make_task(d, a, timeout) for d, a in pairs]
     return export_tasks(tasks, target, out_dir, db_url, [d.meta for d, _ in pairs])

@@ -22,6 +22,7 @@ from .measure.base import Measurer
 from .measure.factory import make_measurer
 from .search import SearchStrategy
 from .target import TargetSpec, resolve_target
+from .validation import check_tasks
 from .task_scheduler import TaskScheduler
 from .versions import current_versions
 
@@ -100,6 +101,7 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
     strategies of a run sharing one cost model). With `config.dry_run` nothing is
     measured and the database is not opened: `TuneResult.dry_run` holds the reports."""
     target = resolve_target(config.target)
+    check_tasks(tasks, target)  # bad input stops here: nothing opened, nothing built
     if config.dry_run:
         return _dry_run(tasks, config, target, space_factory, callbacks)
     if target.kind == "cuda" and not target.has_local_device and config.runner == "local" \

@@ -16,8 +16,14 @@ from typing import Any, Callable
 
 from .errors import UserError
 from .task import Task, TensorSpec
+from .time_limit import time_limit
+from .validation import check_args, check_inputs_returned, check_tensors
 
 _MARK = "__autosched_workload__"
+
+# Seconds an op file may take to load, and a workload to build its tensors: a file that
+# loops or computes at import must not hang the CLI.
+LOAD_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -58,24 +64,42 @@ def _definition(obj: Callable) -> WorkloadDef:
     return WorkloadDef(mark["name"], obj, params, mark["variants"], mark["meta"])
 
 
-def load_op_file(path: str) -> dict[str, WorkloadDef]:
-    """Execute an op file in its own namespace and return its workloads by name."""
+def _user_line(e: BaseException, path: str) -> int | None:
+    """The line of the op file the error came from (the innermost frame in it)."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if os.path.abspath(f.filename) == os.path.abspath(path)]
+    return frames[-1].lineno if frames else None
+
+
+def load_op_file(path: str, timeout_s: float | None = LOAD_TIMEOUT_S) -> dict[str, WorkloadDef]:
+    """Execute an op file in its own namespace and return its workloads by name; the
+    file must finish loading within `timeout_s` seconds (None: no limit)."""
     if not os.path.isfile(path):
         raise UserError(f"op file not found: {path}")
+    import tvm.te  # noqa: F401  (our dependency's import time is not the op file's)
+
     try:
-        namespace = runpy.run_path(path, run_name=f"autosched_op_{abs(hash(path))}")
+        with time_limit(timeout_s, f"{path}: loading"):
+            namespace = runpy.run_path(path, run_name=f"autosched_op_{abs(hash(path))}")
     except SyntaxError as e:
         raise UserError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
     except UserError:
         raise
+    except ModuleNotFoundError as e:
+        raise UserError(f"{path}:{_user_line(e, path)}: imports module {e.name!r}, which is "
+                        "not installed") from None
+    except SystemExit as e:  # exit() at import would end the CLI silently
+        raise UserError(f"{path}:{_user_line(e, path)}: the op file called exit({e.code!r}) "
+                        "while loading") from None
     except Exception as e:  # the user's file raised while loading
-        frame = traceback.extract_tb(e.__traceback__)[-1]
-        raise UserError(f"{path}: error while loading (line {frame.lineno}): "
-                        f"{type(e).__name__}: {e}") from None
+        raise UserError(f"{path}: error while loading (line {_user_line(e, path)}): "
+                        f"{type(e).__name__}: {_first_line(e)}") from None
     found = {}
     for obj in namespace.values():
         if callable(obj) and hasattr(obj, _MARK):
             d = _definition(obj)
+            if d.name in found:
+                raise UserError(f"{path}: two workloads are named {d.name!r}")
             found[d.name] = d
     if not found:
         raise UserError(f"{path}: no @autosched.workload function found")
@@ -146,14 +170,25 @@ def check_overrides_known(defs: list[WorkloadDef], overrides: list[tuple[str, st
             raise UserError(f"unknown --arg {key!r}; parameters are: {', '.join(sorted(known))}")
 
 
-def make_task(wdef: WorkloadDef, args: dict) -> Task:
-    """Call the workload with `args` and build its Task (PrimFunc, FLOPs, key)."""
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def make_task(wdef: WorkloadDef, args: dict, timeout_s: float | None = LOAD_TIMEOUT_S) -> Task:
+    """Call the workload with `args` and build its Task (PrimFunc, FLOPs, key); the call
+    must return within `timeout_s` seconds (None: no limit)."""
     from tvm import te
 
     from .canonical import canonical_text, task_key
 
-    inputs, outputs = _build(wdef, args)
-    func = te.create_prim_func(inputs + outputs).with_attr("global_symbol", "main")
+    with time_limit(timeout_s, f"workload '{wdef.name}' with {args}"):
+        inputs, outputs = _build(wdef, args)
+    try:
+        func = te.create_prim_func(inputs + outputs).with_attr("global_symbol", "main")
+    except Exception as e:  # e.g. an output reads a placeholder the workload did not return
+        raise UserError(f"workload '{wdef.name}': TVM cannot make a kernel of the returned "
+                        f"tensors: {type(e).__name__}: {_first_line(e)}") from None
     canonical = canonical_text(inputs, outputs)
     return Task(
         workload=wdef.name,
@@ -172,22 +207,25 @@ def _build(wdef: WorkloadDef, args: dict) -> tuple[list, list]:
     """(input placeholders, computed outputs) of one call of the workload."""
     from tvm import te
 
+    check_args(wdef.name, args)
     try:
         result = wdef.func(**args)
     except UserError:
         raise
     except Exception as e:
         raise UserError(f"workload '{wdef.name}' failed with {args}: "
-                        f"{type(e).__name__}: {e}") from None
+                        f"{type(e).__name__}: {_first_line(e)}") from None
     tensors = list(result) if isinstance(result, (list, tuple)) else [result]
     if not tensors or not all(isinstance(t, te.Tensor) for t in tensors):
         raise UserError(f"workload '{wdef.name}' must return TE tensors "
                         f"(inputs first, outputs last), got {type(result).__name__}")
+    check_tensors(wdef.name, args, tensors)
     inputs = [t for t in tensors if type(t.op).__name__ == "PlaceholderOp"]
     outputs = [t for t in tensors if type(t.op).__name__ != "PlaceholderOp"]
     if not outputs or tensors[: len(inputs)] != inputs:
         raise UserError(f"workload '{wdef.name}' must return input placeholders first "
                         "and at least one computed output last")
+    check_inputs_returned(wdef.name, inputs, outputs)
     return inputs, outputs
 
 
@@ -203,15 +241,19 @@ def _flops(func) -> float:
 
 
 def load_instances(path: str, names: list[str] | None = None,
-                   arg_items: list[str] | None = None) -> list[tuple[WorkloadDef, dict]]:
+                   arg_items: list[str] | None = None,
+                   timeout_s: float | None = LOAD_TIMEOUT_S) -> list[tuple[WorkloadDef, dict]]:
     """Op file + `--workload` selection + `--arg` overrides -> (workload, args) pairs."""
-    defs = select_workloads(load_op_file(path), names)
+    defs = select_workloads(load_op_file(path, timeout_s), names)
     overrides = parse_arg_overrides(arg_items)
     check_overrides_known(defs, overrides)
     return [(d, a) for d in defs for a in argument_sets(d, overrides)]
 
 
 def load_tasks(path: str, names: list[str] | None = None,
-               arg_items: list[str] | None = None) -> list[Task]:
-    """The one call the CLI and API use: op file + selection + overrides -> tasks."""
-    return [make_task(d, a) for d, a in load_instances(path, names, arg_items)]
+               arg_items: list[str] | None = None,
+               timeout_s: float | None = LOAD_TIMEOUT_S) -> list[Task]:
+    """The one call the CLI and API use: op file + selection + overrides -> tasks. The
+    file, and each workload call, must finish within `timeout_s` seconds."""
+    return [make_task(d, a, timeout_s) for d, a in load_instances(path, names, arg_items,
+                                                                   timeout_s)]

@@ -20,6 +20,7 @@ def run(args: argparse.Namespace) -> int:
     """Build the library and print where it went."""
     from ..exporting import export
 
-    path = export(args.op_file, args.target, args.output, args.db, args.workload, args.arg)
+    path = export(args.op_file, args.target, args.output, args.db, args.workload, args.arg,
+                  args.load_timeout)
     print(f"wrote {path}")
     return 0

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--trials must be >= 0, got {args.trials}")
     if args.min_repeat_ms < 0:
         raise UserError(f"--min-repeat-ms must be >= 0, got {args.min_repeat_ms}")
-    tasks = load_tasks(args.op_file, args.workload, args.arg)
+    tasks = load_tasks(args.op_file, args.workload, args.arg, args.load_timeout)
     settings = MeasureSettings(run_timeout=args.run_timeout, build_timeout=args.build_timeout,
                                min_repeat_ms=args.min_repeat_ms)
     config = TuneConfig(target=args.target, trials=args.trials, db_url=args.db,
