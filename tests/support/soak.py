@@ -53,7 +53,7 @@ class Figures:
     kills: int = 0                # SIGKILLed by the soak
     restarts: int = 0             # PostgreSQL restarts
     fills: int = 0                # times the work dir's filesystem was filled
-    stopped: int = 0              # runs that stopped themselves with one line (exit 1)
+    stopped: int = 0              # runs that stopped (or refused to start) with one line
     bad_exits: list = field(default_factory=list)  # any other exit: (code, stderr tail)
     expected: int = 0             # records the tasks must hold
     found: int = 0
@@ -155,8 +155,12 @@ class Soak:
         if p.pid in self._killed:
             return
         said = [ln for ln in err.splitlines() if ln.startswith("autosched:")]
-        if p.returncode == 1 and len(said) == 1 and "Traceback" not in err:
-            self.figures.stopped += 1  # stopped itself for a fault, saying why
+        one_line = len(said) == 1 and "Traceback" not in err
+        # exit 1: stopped itself for a fault; exit 2 "cannot connect": refused to start
+        # while the server was down (it cannot tell a down server from a wrong URL)
+        if one_line and (p.returncode == 1 or
+                         (p.returncode == 2 and "cannot connect" in said[0])):
+            self.figures.stopped += 1
         elif p.returncode != 0:
             self.figures.bad_exits.append((p.returncode, err[-600:]))
 
