@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python bench/runtime_plans.py [--layers 6 --width 256 --seq 128 --batch 8]
                                                [--memeff-library logs/memeff_lib]
+                                               [--device cuda --clock wall]
 
 For the GPT example (fp32, one thread) at budgets of 100/60/40/25% of its activation
 memory without checkpointing, every strategy is applied and measured in the same run:
@@ -13,7 +14,9 @@ memory without checkpointing, every strategy is applied and measured in the same
                     recompute_attention(+memeff_ln / +memeff), selective, recompute)
 * plan+offload      the MILP plan with offload allowed. On the CPU host and device memory
                     are the same RAM: offload here stands in for a device with separate
-                    host memory (the copies are real, the memory they free is not)
+                    host memory (the copies are real, the memory they free is not). With
+                    `--device cuda` the offload is real: pinned host memory, copies on
+                    their own stream
 * reference         no checkpointing, measured in every group: its error column shows how
                     far the machine drifted from the profile (other processes' load)
 
@@ -154,7 +157,15 @@ def main(argv=None) -> int:
     ap.add_argument("--memeff-library", metavar="DIR",
                     help="fused memory-efficient GELU kernels (built here when missing)")
     ap.add_argument("--memeff-trials", type=int, default=32)
+    ap.add_argument("--device", default="cpu",
+                    help="cpu, or cuda: the model on the GPU, offload to pinned host memory "
+                         "(use --clock wall there)")
     args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no GPU here")
+    if device.type == "cuda" and args.clock == "cpu":
+        raise SystemExit("--device cuda: the CPU clock does not see GPU time; use --clock wall")
     # the model and its inputs are made with gpt.make_model / make_inputs' seed 0
     stamp = provenance.stamp(seed=0, argv=None if argv is None else [__file__, *argv])
     print(provenance.header(stamp), flush=True)
@@ -165,12 +176,12 @@ def main(argv=None) -> int:
         kernels = ensure_memeff_library(args.memeff_library, args.batch * args.seq,
                                         4 * args.width, args.memeff_trials)
         print(f"memory-efficient GELU kernel: {kernels['gelu'].id}")
-    model = gpt.make_model(args.layers, args.width, args.heads, args.seq)
-    inputs = gpt.make_inputs(args.batch, args.seq)
+    model = gpt.make_model(args.layers, args.width, args.heads, args.seq).to(device)
+    inputs = tuple(x.to(device) for x in gpt.make_inputs(args.batch, args.seq))
     t0 = time.perf_counter()
     profile = profile_model(model, inputs, gpt.loss_fn, allow_offload=True, repeats=args.repeats,
                             clock=args.clock, kernels=kernels)
-    print(f"clock: {args.clock}; threads: {args.threads}")
+    print(f"device: {device}; clock: {args.clock}; threads: {args.threads}")
     print(f"profiled in {time.perf_counter() - t0:.0f} s; no checkpointing: "
           f"{format_bytes(profile.keep_saved_bytes)}, {profile.keep_step_time_s * 1e3:.0f} ms; "
           f"bandwidth {profile.bandwidth.d2h_bytes_per_s / 1e9:.1f} GB/s "
