@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 
 SONAME = "libcudart.so.13"
+NOT_READY = 600  # cudaErrorNotReady: queued work has not finished (not a failure)
 STREAM_NON_BLOCKING = 0x01  # cudaStreamNonBlocking: no implicit sync with stream 0
 
 # cudaDeviceAttr numbers (driver_types.h; stable across CUDA releases)
@@ -56,7 +57,9 @@ class Cudart:
         return self._fns[name]
 
     def _call(self, name: str, *args) -> None:
-        code = int(self._fn(name)(*args))
+        self._check(name, int(self._fn(name)(*args)))
+
+    def _check(self, name: str, code: int) -> None:
         if code != 0:
             raise CudaError(name, code, self._fn("cudaGetErrorName")(code).decode(),
                             self._fn("cudaGetErrorString")(code).decode())
@@ -93,6 +96,14 @@ class Cudart:
 
     def destroy_stream(self, stream: int) -> None:
         self._call("cudaStreamDestroy", ctypes.c_void_p(stream))
+
+    def stream_busy(self, stream: int) -> bool:
+        """Whether work queued on `stream` is still running (cudaStreamQuery)."""
+        code = int(self._fn("cudaStreamQuery")(ctypes.c_void_p(stream)))
+        if code == NOT_READY:
+            return True
+        self._check("cudaStreamQuery", code)
+        return False
 
     def synchronize(self, stream: int) -> None:
         self._call("cudaStreamSynchronize", ctypes.c_void_p(stream))

@@ -104,3 +104,69 @@ def test_a_driver_without_a_device_stops_the_run_with_one_line(tmp_path, child_e
     assert out["cause"].startswith("no cuda device is visible here: CUDA error 35 "
                                    "(cudaErrorInsufficientDriver")
     assert "\n" not in out["cause"] + out["remedy"]
+
+
+def _cuda_matmuls(n: int) -> dict:
+    """A correct n^3 fp32 matmul for CUDA (one thread per output) and one whose store
+    lands 4 TiB past C (an illegal address), compiled for this machine's GPU."""
+    import tvm
+    from tvm.script import tirx as T
+
+    far = 1 << 40
+
+    @T.prim_func
+    def good(A: T.Buffer((n, n), "float32"), B: T.Buffer((n, n), "float32"),
+             C: T.Buffer((n, n), "float32")):
+        T.func_attr({"global_symbol": "main", "tir.noalias": True})
+        for i in T.thread_binding(n, thread="blockIdx.x"):
+            for j in T.thread_binding(n, thread="threadIdx.x"):
+                C[i, j] = T.float32(0)
+                for k in range(n):
+                    C[i, j] = C[i, j] + A[i, k] * B[k, j]
+
+    @T.prim_func
+    def wild(A: T.Buffer((n, n), "float32"), B: T.Buffer((n, n), "float32"),
+             C: T.Buffer((n, n), "float32")):
+        T.func_attr({"global_symbol": "main", "tir.noalias": True})
+        D = T.decl_buffer((T.int64(far),), "float32", data=C.data)
+        for i in T.thread_binding(n, thread="blockIdx.x"):
+            for j in T.thread_binding(n, thread="threadIdx.x"):
+                D[T.int64(far) - T.int64(1) - T.int64(i * n + j)] = A[i, j]
+
+    target = tvm.target.Target("cuda")
+    return {name: tvm.compile(tvm.IRModule({"main": f}), target=target)
+            for name, f in (("good", good), ("wild", wild))}
+
+
+@pytest.mark.gpu
+def test_an_illegal_address_on_the_gpu_costs_only_its_candidate(tmp_path, settings,
+                                                                 matmul_task, is_alive):
+    from autosched.errors import InfrastructureError
+    from autosched.measure import MeasureInput
+    from autosched.measure.base import BuildArtifact
+    from autosched.measure.local_runner import LocalRunner
+    from autosched.measure.run_job import open_device
+    from autosched.target import resolve_target
+
+    try:
+        open_device("cuda")
+    except InfrastructureError as e:
+        pytest.skip(f"needs an NVIDIA GPU: {e.cause}")
+    libs = {}
+    for name, exe in _cuda_matmuls(32).items():
+        libs[name] = str(tmp_path / f"{name}.so")
+        exe.export_library(libs[name])
+    target = resolve_target("cuda")
+    runner = LocalRunner(settings, str(tmp_path / "work"))
+    inp = MeasureInput(matmul_task, target, None, matmul_task.mod)
+    try:
+        (first,) = runner.run([inp], [BuildArtifact(libs["good"])])
+        pid = runner.worker_pid
+        wild, after = runner.run([inp, inp], [BuildArtifact(libs["wild"]),
+                                              BuildArtifact(libs["good"])])
+        assert runner.worker_pid != pid and not is_alive(pid)
+    finally:
+        runner.close()
+    assert first.ok and after.ok and len(after.latencies) == settings.repeat
+    assert wild.error_kind == "run_error"
+    assert "an illegal memory access was encountered" in wild.error_msg
