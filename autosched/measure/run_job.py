@@ -19,8 +19,8 @@ The reply is one of:
   `wrong_answer`); with ``"restart": true`` when it was a CUDA error, which leaves the
   process's CUDA context unusable: the caller must not run anything else in this process;
 - ``{"ok": false, "infrastructure": true, "cause": ..., "remedy": ...}``: the machine
-  cannot run anything (no TVM runtime, no CUDA driver or runtime, no device); nothing
-  about the candidate is known.
+  cannot run anything (no TVM runtime, no CUDA driver or runtime, no device, a library
+  without code for this GPU); nothing about the candidate is known.
 
 The RPC session worker (`rpc_session.py`) uses the same reference loading and output
 check on the data it copies back from a server, so both runners judge alike.
@@ -45,6 +45,16 @@ _TIMERS: dict[tuple[str, bool], object] = {}
 # a poisoned context can be tested without a GPU. Runners set it only from
 # `local_runner.TEST_RUN_FAULT_ATTR`; search spaces never do.
 TEST_FAULT_KEY = "test_fault"
+# CUDA errors that say the library or the machine is wrong, not the kernel: code for
+# another architecture, or PTX newer than the driver. Every candidate would fail alike.
+MACHINE_CUDA_ERRORS = {
+    "NO_BINARY_FOR_GPU": "the kernel library holds no code for this GPU's architecture",
+    "NoKernelImageForDevice": "the kernel library holds no code for this GPU's architecture",
+    "UNSUPPORTED_PTX_VERSION": "the kernel library's PTX is newer than this NVIDIA driver",
+    "UnsupportedPtxVersion": "the kernel library's PTX is newer than this NVIDIA driver",
+}
+MACHINE_CUDA_REMEDY = ("build for this GPU (--target cuda on it, or its arch in the target "
+                       "JSON) with a CUDA toolkit this driver supports, then rerun")
 STICKY_NOTE = ("a CUDA error leaves the process's CUDA context unusable, so the run worker "
                "is replaced")
 
@@ -145,14 +155,20 @@ def _inject_fault(spec: str) -> None:
 
 
 def _run_failure(kind: str, e: Exception) -> dict:
-    """A candidate's run_error; sticky (restart) for any error of a CUDA run."""
+    """A candidate's run_error, sticky (restart) for any error of a CUDA run; or the
+    machine's fault for the CUDA errors no kernel causes (MACHINE_CUDA_ERRORS)."""
     from .cudart import CudaError
     from .worker import error_text
 
+    text = error_text(e)
     if kind != "cuda" and not isinstance(e, CudaError):
-        return failure_reply("run_error", error_text(e))
+        return failure_reply("run_error", text)
     _drop_timers()
-    return dict(failure_reply("run_error", f"{error_text(e)}; {STICKY_NOTE}"), restart=True)
+    for sign, cause in MACHINE_CUDA_ERRORS.items():
+        if sign in text:
+            return infrastructure_reply(InfrastructureError(f"{cause}: {text}",
+                                                            MACHINE_CUDA_REMEDY))
+    return dict(failure_reply("run_error", f"{text}; {STICKY_NOTE}"), restart=True)
 
 
 def _time_cpu(lib, dev, call_args, request: dict) -> list[float]:
