@@ -45,16 +45,20 @@ _TIMERS: dict[tuple[str, bool], object] = {}
 # a poisoned context can be tested without a GPU. Runners set it only from
 # `local_runner.TEST_RUN_FAULT_ATTR`; search spaces never do.
 TEST_FAULT_KEY = "test_fault"
-# CUDA errors that say the library or the machine is wrong, not the kernel: code for
-# another architecture, or PTX newer than the driver. Every candidate would fail alike.
+# CUDA errors that say the library or the machine is wrong, not the kernel: every
+# candidate would fail alike, so none is recorded. (driver API name, runtime API name)
 MACHINE_CUDA_ERRORS = {
-    "NO_BINARY_FOR_GPU": "the kernel library holds no code for this GPU's architecture",
-    "NoKernelImageForDevice": "the kernel library holds no code for this GPU's architecture",
-    "UNSUPPORTED_PTX_VERSION": "the kernel library's PTX is newer than this NVIDIA driver",
-    "UnsupportedPtxVersion": "the kernel library's PTX is newer than this NVIDIA driver",
+    ("NO_BINARY_FOR_GPU", "NoKernelImageForDevice"):
+        "the kernel library holds no code for this GPU's architecture",
+    ("UNSUPPORTED_PTX_VERSION", "UnsupportedPtxVersion"):
+        "the kernel library's PTX is newer than this NVIDIA driver",
+    ("ECC_UNCORRECTABLE", "ECCUncorrectable"): "the GPU reports an uncorrectable ECC error",
+    ("DEVICE_UNAVAILABLE", "DevicesUnavailable"):
+        "the GPU is busy or unavailable (exclusive-process mode, or another process owns it)",
 }
 MACHINE_CUDA_REMEDY = ("build for this GPU (--target cuda on it, or its arch in the target "
-                       "JSON) with a CUDA toolkit this driver supports, then rerun")
+                       "JSON) with a CUDA toolkit this driver supports, check the GPU with "
+                       "nvidia-smi, then rerun")
 STICKY_NOTE = ("a CUDA error leaves the process's CUDA context unusable, so the run worker "
                "is replaced")
 
@@ -164,8 +168,8 @@ def _run_failure(kind: str, e: Exception) -> dict:
     if kind != "cuda" and not isinstance(e, CudaError):
         return failure_reply("run_error", text)
     _drop_timers()
-    for sign, cause in MACHINE_CUDA_ERRORS.items():
-        if sign in text:
+    for signs, cause in MACHINE_CUDA_ERRORS.items():
+        if any(sign in text for sign in signs):
             return infrastructure_reply(InfrastructureError(f"{cause}: {text}",
                                                             MACHINE_CUDA_REMEDY))
     return dict(failure_reply("run_error", f"{text}; {STICKY_NOTE}"), restart=True)
