@@ -6,9 +6,10 @@ fingerprint (see `db/`), so both are canonical JSON with sorted keys.
 
 `cuda` is the GPU this process would run on (device 0 after CUDA_VISIBLE_DEVICES, read
 by `gpu_info` without a CUDA context here): its architecture (`sm_XY`, never the
-arch-specific `sm_XYa`; see `gpu_info.arch_of`) and limits (threads, opt-in shared
-memory, registers per block, L2 size) set the target config, and all of it, with the
-name, driver and memory, is the hardware fingerprint. Without a GPU it is `sm_90` with
+arch-specific `sm_XYa`; see `gpu_info.arch_of`) and limits (threads, static shared
+memory, registers per block, L2 size) set the target config, and all of it (the opt-in
+shared memory maximum too), with the name, driver and memory, is the hardware
+fingerprint. Without a GPU it is `sm_90` with
 the limits every CUDA GPU allows without opting in.
 """
 from __future__ import annotations
@@ -126,9 +127,11 @@ DEFAULT_CUDA_LIMITS = {"max_num_threads": 1024, "thread_warp_size": 32,
 # target config key -> the GPU attribute it is set from
 CONFIG_FROM_GPU = {"max_num_threads": "max_threads_per_block",
                    "thread_warp_size": "warp_size",
-                   # a kernel may use this much shared memory once it opts in (227 KiB on
-                   # sm_90); TVM's CUDA runtime raises the kernel's limit at launch
-                   "max_shared_memory_per_block": "max_shared_memory_per_block_optin",
+                   # Static shared memory (48 KiB), not the opt-in maximum (227 KiB on
+                   # sm_90, in the fingerprint): TVM's CUDA code declares `__shared__`
+                   # arrays, and ptxas rejects more than 48 KiB of those ("uses too much
+                   # shared data"); only dynamic shared memory can opt in to more.
+                   "max_shared_memory_per_block": "max_shared_memory_per_block",
                    "registers_per_block": "max_registers_per_block",
                    "l2_cache_size_bytes": "l2_cache_bytes"}
 
