@@ -134,11 +134,20 @@ def _why_no_device() -> str:
 
 
 def _cuda_timer(request: dict):
+    """This process's CudaTimer for the request's settings, made before any candidate
+    code runs: a GPU that cannot give it a stream or the flush buffer (full memory)
+    would fail every candidate alike, so that is an InfrastructureError."""
     from .cuda_timing import CudaTimer
+    from .cudart import CudaError
 
     key = (request.get("stream", "runner"), bool(request.get("flush_l2", True)))
     if key not in _TIMERS:
-        _TIMERS[key] = CudaTimer(0, stream=key[0], flush_l2=key[1])
+        try:
+            _TIMERS[key] = CudaTimer(0, stream=key[0], flush_l2=key[1])
+        except (CudaError, OSError) as e:
+            raise InfrastructureError(f"cannot set up CUDA timing on this GPU: {e}",
+                                      "check the GPU with nvidia-smi (free memory, other "
+                                      "processes), then rerun") from None
     return _TIMERS[key]
 
 
@@ -198,6 +207,7 @@ def run_job(request: dict) -> dict:
     kind = request["device"]
     try:
         dev = open_device(kind)
+        timer = _cuda_timer(request) if kind == "cuda" else None
     except InfrastructureError as e:
         return infrastructure_reply(e)
     try:
@@ -207,12 +217,14 @@ def run_job(request: dict) -> dict:
 
         return failure_reply("run_error", f"reference data: {error_text(e)}")
     try:
-        return _measure(request, dev, (specs, inputs, expected, tols))
+        return _measure(request, dev, timer, (specs, inputs, expected, tols))
     except Exception as e:
         return _run_failure(kind, e)
 
 
-def _measure(request: dict, dev, reference: tuple) -> dict:
+def _measure(request: dict, dev, timer, reference: tuple) -> dict:
+    """Load, warm up (the first calls also catch a crash before any copy back), check,
+    time; `timer` is the CudaTimer on CUDA, None on the CPU."""
     import tvm_ffi
 
     from .device_arrays import sync, to_device
@@ -223,7 +235,6 @@ def _measure(request: dict, dev, reference: tuple) -> dict:
     func = lib["main"]
     args = [to_device(a, s.dtype, dev) for a, s in zip(inputs, specs[0])]
     outs = [to_device(poison(s), s.dtype, dev) for s in specs[1]]
-    timer = _cuda_timer(request) if request["device"] == "cuda" else None
     if timer is not None:
         timer.warm_up(dev, lambda: func(*args, *outs), request["warmup"])
     else:
