@@ -214,3 +214,42 @@ def test_a_device_reference_without_the_device_is_one_clear_line(tmp_path, task_
                            "(cuda, sm_90) failed: ")
     assert "Device API cuda is not enabled" in line and "\n" not in line
     assert os.listdir(tmp_path / "reference") == []
+
+
+_GPU_MACHINE_CHILD = textwrap.dedent("""
+    import dataclasses, sys, tempfile
+    from autosched.workload import load_tasks
+    from autosched.target import resolve_target
+    from autosched.measure.reference import ensure_reference
+    task = load_tasks(sys.argv[1], ["softmax"], arg_items=["M=100", "N=80"])[0]
+    target = dataclasses.replace(resolve_target("cuda"), has_local_device=True)
+    try:
+        ensure_reference(task, tempfile.mkdtemp(dir=sys.argv[2]), target=target)
+    except Exception as e:
+        print(type(e).__name__, e)
+""")
+
+
+@pytest.mark.slow
+def test_on_a_gpu_machine_the_worker_builds_for_the_device_and_stops_at_it(
+        tmp_path, child_env, examples_dir):
+    """With the stand-in driver, TVM's CUDA runtime loads as on a GPU machine: the
+    worker compiles the device reference with nvcc for sm_90 (the architecture comes
+    from the target's scope) and fails only where the GPU is needed, in one line."""
+    import subprocess
+    import sys
+
+    from support import cuda_standin
+
+    if shutil.which("nvcc") is None or cuda_standin.cuda_toolkit_lib() is None:
+        pytest.skip("needs the CUDA toolkit")
+    env = cuda_standin.gpu_machine_env(cuda_standin.build_standin(str(tmp_path / "driver")),
+                                       child_env)
+    env["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+    out = subprocess.run([sys.executable, "-c", _GPU_MACHINE_CHILD,
+                          str(examples_dir / "softmax.py"), str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=300).stdout.strip()
+    assert out.startswith("ReferenceFailed reference of softmax(M=100,N=80,dtype=float32) "
+                          "on the GPU (cuda, sm_90) failed: RuntimeError: CUDA Runtime Error: "
+                          "cudaErrorInsufficientDriver"), out
+    assert "AllocDataSpace" in out and "\n" not in out

@@ -148,12 +148,17 @@ def _result(proc):
 
 
 def test_reference_files_are_reused_across_processes(tmp_path, child_env, examples_dir):
-    wd = str(tmp_path)
-    first = _result(_spawn(child_env, examples_dir, wd))
-    second = _result(_spawn(child_env, examples_dir, wd))
+    wd = str(tmp_path / "work")
+    runs = [tmp_path / "work" / "runs" / name for name in ("a", "b")]
+    first = _result(_spawn(child_env, examples_dir, wd, str(runs[0])))
+    second = _result(_spawn(child_env, examples_dir, wd, str(runs[1])))
     assert first["created"] is True and second["created"] is False
     assert first["dir"] == second["dir"] and first["mtime"] == second["mtime"]
     assert first["pid"] != second["pid"]
+    # the first started a reference worker (its log folder is left, empty); the second
+    # found the files and started none
+    assert os.listdir(runs[0]) == ["workers"] and os.listdir(runs[0] / "workers") == []
+    assert not runs[1].exists()
 
 
 def test_processes_racing_for_one_reference_agree(tmp_path, child_env, examples_dir):
