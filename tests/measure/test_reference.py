@@ -104,6 +104,18 @@ def test_bfloat16_is_stored_as_raw_bits_and_loads_as_bfloat16(tmp_path, task_of)
     assert np.abs(c.astype(np.float64) - exact).max() <= 0.05 * np.abs(exact).max()
 
 
+def test_a_reference_of_an_older_version_is_recomputed(tmp_path, matmul_task):
+    ref = ensure_reference(matmul_task, str(tmp_path))
+    meta_path = os.path.join(ref.directory, "meta.json")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    with open(meta_path, "w") as f:
+        json.dump(dict(meta, version=REFERENCE_VERSION - 1), f)
+    assert load_reference(ref.directory) is None
+    again = ensure_reference(matmul_task, str(tmp_path))
+    assert again.created and again.meta["version"] == REFERENCE_VERSION == 2
+
+
 def test_a_partial_directory_is_recomputed(tmp_path, matmul_task):
     broken = reference_dir(str(tmp_path), matmul_task.key)
     os.makedirs(broken)
