@@ -99,11 +99,19 @@ def test_it_is_the_default_sketch(small_tasks, cuda_target):
     tvm.ir.assert_structural_equal(default, _scheduled(task, cuda_target))
 
 
+def _default_nn_task(workload: str):
+    from autosched.workload import load_tasks
+
+    return load_tasks(os.path.join(EXAMPLES_DIR, "nn_ops.py"), [workload])[0]
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("workload", SMALL_WORKLOADS)
+@pytest.mark.parametrize("workload", SMALL_WORKLOADS + tuple(f"nn_ops:{w}" for w in NN_WORKLOADS))
 def test_reference_schedule_compiles_with_nvcc_at_the_default_shape(tasks, cuda_target,
                                                                     workload):
     from autosched.measure.nvcc import compile_candidate
 
-    ok, message, _ = compile_candidate(_scheduled(tasks[workload], cuda_target), cuda_target)
+    task = (_default_nn_task(workload.split(":")[1]) if workload.startswith("nn_ops:")
+            else tasks[workload])
+    ok, message, _ = compile_candidate(_scheduled(task, cuda_target), cuda_target)
     assert (ok, message) == (True, "")
