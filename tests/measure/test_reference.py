@@ -159,6 +159,7 @@ def _result(proc):
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # two processes, each starting a reference worker
 def test_reference_files_are_reused_across_processes(tmp_path, child_env, examples_dir):
     wd = str(tmp_path / "work")
     runs = [tmp_path / "work" / "runs" / name for name in ("a", "b")]
@@ -173,6 +174,7 @@ def test_reference_files_are_reused_across_processes(tmp_path, child_env, exampl
     assert not runs[1].exists()
 
 
+@pytest.mark.slow  # two processes, each starting a reference worker
 def test_processes_racing_for_one_reference_agree(tmp_path, child_env, examples_dir):
     wd = str(tmp_path)
     procs = [_spawn(child_env, examples_dir, wd) for _ in range(2)]
@@ -185,6 +187,7 @@ def test_processes_racing_for_one_reference_agree(tmp_path, child_env, examples_
         assert json.load(f)["task_key"] == os.path.basename(results[0]["dir"])
 
 
+@pytest.mark.slow  # two processes, each starting a reference worker
 def test_processes_writing_one_reference_at_once_end_with_the_same_complete_one(
         tmp_path, child_env, examples_dir, task_of):
     """Both start together, each writing in its own scratch folder, with a partial
