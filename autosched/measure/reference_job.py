@@ -89,6 +89,8 @@ def _death(message: str, log_path: str) -> str:
     """How a worker ended, with what faulthandler wrote of a crash (the fatal error and
     the innermost Python frame) when its log has it."""
     how = message.partition("; log: ")[0]
+    if "(SIGKILL)" in how:  # nobody here sends it but the kernel's out-of-memory killer
+        return f"{how} (out of memory?)"
     try:
         with open(log_path, errors="replace") as f:
             lines = f.read(1 << 20).splitlines()
@@ -104,7 +106,7 @@ def _death(message: str, log_path: str) -> str:
 
 
 def _one_line(text) -> str:
-    return " ".join(str(text).split())[-_MESSAGE_CHARS:]
+    return " ".join(str(text).split())[:_MESSAGE_CHARS]
 
 
 # ----------------------------------------------------------------------- worker side
