@@ -89,7 +89,7 @@ def _death(message: str, log_path: str) -> str:
     """How a worker ended, with what faulthandler wrote of a crash (the fatal error and
     the innermost Python frame) when its log has it."""
     how = message.partition("; log: ")[0]
-    if "(SIGKILL)" in how:  # nobody here sends it but the kernel's out-of-memory killer
+    if "(SIGKILL)" in how:  # not ours (we kill after a timeout): most often the OOM killer
         return f"{how} (out of memory?)"
     try:
         with open(log_path, errors="replace") as f:
