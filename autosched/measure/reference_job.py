@@ -142,7 +142,6 @@ def run_check(check: dict | None, seed: int, fault: str | None) -> dict | None:
     """Run the check's instance on the device and on the CPU and compare them with the
     tolerance candidates get; what the meta records of it (None: no check)."""
     from ..task import TensorSpec
-    from .check import compare, tolerance_for
     from .reference import random_inputs
 
     if check is None:
@@ -154,13 +153,22 @@ def run_check(check: dict | None, seed: int, fault: str | None) -> dict | None:
     got = run_module(check["device"], inputs, outs)
     if fault == "check_mismatch":
         got[0] = (got[0].astype(np.float64) + 1.0).astype(got[0].dtype)
-    message = None
-    for spec, g, w in zip(outs, got, want, strict=True):
-        tol = tolerance_for(spec.dtype, int(task["reduction_extent"]), w)
-        message = message or compare(spec.name, g, w, tol)
+    message = first_mismatch(outs, got, want, int(task["reduction_extent"]))
     return {"task": task["name"], "task_key": task["key"], "args": check["args"],
             "shape": check["shape"], "target": check["device"]["target"],
             "ok": message is None, "message": message}
+
+
+def first_mismatch(out_specs, got, want, reduction_extent: int) -> str | None:
+    """None when every output in `got` matches `want` (the CPU's) under the tolerance
+    candidates are judged by, else the first output's mismatch in one line."""
+    from .check import compare, tolerance_for
+
+    for spec, g, w in zip(out_specs, got, want, strict=True):
+        message = compare(spec.name, g, w, tolerance_for(spec.dtype, reduction_extent, w))
+        if message:
+            return message
+    return None
 
 
 def run_module(run: dict, inputs: list[np.ndarray], out_specs) -> list[np.ndarray]:

@@ -253,3 +253,16 @@ def test_on_a_gpu_machine_the_worker_builds_for_the_device_and_stops_at_it(
                           "on the GPU (cuda, sm_90) failed: RuntimeError: CUDA Runtime Error: "
                           "cudaErrorInsufficientDriver"), out
     assert "AllocDataSpace" in out and "\n" not in out
+
+
+def test_first_mismatch_names_the_first_output_outside_the_tolerance():
+    from autosched.measure.reference_job import first_mismatch
+    from autosched.task import TensorSpec
+
+    specs = [TensorSpec("y", (2, 2), "float32"), TensorSpec("n", (3,), "int32")]
+    want = [np.array([[1.0, 2.0], [3.0, 4.0]], "float32"), np.array([1, 2, 3], "int32")]
+    close = [want[0] * (1 + 1e-6), want[1].copy()]
+    assert first_mismatch(specs, close, want, 1) is None
+    off = [want[0].copy(), np.array([1, 2, 4], "int32")]
+    assert first_mismatch(specs, off, want, 1) == (
+        "output n: 1 of 3 elements differ (exact dtype); first at (2,): got 4, expected 3")
