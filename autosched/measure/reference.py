@@ -14,9 +14,14 @@ Arrays are plain ``.npy`` loaded with ``allow_pickle=False``; dtypes numpy lacks
 
 Inputs: floats uniform in [-1, 1]; signed integers in [-3, 3]; unsigned in [0, 7];
 booleans fair coin flips. The generator is seeded from the task key and a seed, so a
-task's inputs are identical in every process and on every machine. Expected outputs
-come from the unscheduled PrimFunc compiled for the generic CPU (``llvm``): the plainest
-lowering of the computation, whatever the tuning target.
+task's inputs are identical in every process and on every machine.
+
+Expected outputs are computed in a reference worker (`reference_job.py`) that is killed
+after `timeout` seconds: on the CPU, the unscheduled PrimFunc built for the generic CPU
+(``llvm``); for a CUDA target whose GPU is on this machine, the plain GPU schedule on
+the device, trusted once it matched the CPU at a reduced shape (`device_reference.py`).
+``meta.json`` says which (``target``, ``expected``, ``check``). Either way the reference
+is valid for every target: the first one made for a task is the one kept.
 """
 from __future__ import annotations
 
@@ -34,8 +39,12 @@ import numpy as np
 
 from .check import Tolerance, tolerance_for
 
-REFERENCE_VERSION = 1
-REFERENCE_TARGET = {"kind": "llvm"}
+REFERENCE_VERSION = 2  # 2: made in a worker, maybe on the device (`expected`, `check`)
+REFERENCE_TARGET = {"kind": "llvm"}  # the CPU reference: the generic CPU, plainest code
+# Seconds a reference worker may compute (after its start-up). The CPU reference of a
+# 512^3 float16 matmul takes 4.9 s on a 2-core machine, so 2048^3 about 5 minutes and
+# 4096^3 about 40: past this limit, which a device reference never comes near.
+REFERENCE_TIMEOUT = 1800.0
 
 
 def np_dtype(dtype: str):
@@ -108,18 +117,6 @@ def reduction_extent(func) -> int:
     return best
 
 
-def compute_expected(task, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Outputs of the unscheduled computation on `inputs`, run on this CPU."""
-    import tvm
-
-    exe = tvm.compile(task.mod, target=tvm.target.Target(REFERENCE_TARGET))
-    dev = tvm.cpu()
-    args = [tvm.runtime.tensor(a, dev) for a in inputs]
-    outs = [tvm.runtime.tensor(poison(s), dev) for s in task.outputs]
-    exe["main"](*args, *outs)
-    return [o.numpy() for o in outs]
-
-
 @dataclass(frozen=True)
 class Reference:
     """A complete reference directory. `created` is True when this call computed it,
@@ -190,19 +187,28 @@ def _matches(ref: Reference, task) -> bool:
 
 
 def ensure_reference(task, work_dir: str, seed: int = 0, *,
-                     scratch_dir: str | None = None) -> Reference:
+                     scratch_dir: str | None = None, target=None,
+                     timeout: float = REFERENCE_TIMEOUT) -> Reference:
     """The task's reference, loaded from `work_dir` or computed and stored there.
     `scratch_dir` (the run's own folder) holds the files until they are published, so
-    a run killed meanwhile leaves nothing in the shared `reference/`."""
+    a run killed meanwhile leaves nothing in the shared `reference/`, and the reference
+    worker's log. `target` (a TargetSpec; None: the CPU) says where the expected
+    outputs may be computed (see `device_reference.plan`); the worker gets `timeout`
+    seconds. `reference_job.ReferenceFailed` (an InfrastructureError) when it fails,
+    dies or runs out of time: nothing is stored then."""
+    from .reference_job import compute_reference
+
     final = reference_dir(work_dir, task.key, seed)
     found = _usable(final, task, seed)
     if found is not None:
         return found
     parent = os.path.dirname(final)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{task.key}-", dir=_staging(parent, scratch_dir))
+    staging = _staging(parent, scratch_dir)
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{task.key}-", dir=staging)
+    log_dir = os.path.join(scratch_dir or work_dir, "workers")
     try:
-        meta = _write(task, tmp, seed)
+        meta = compute_reference(task, target, tmp, seed, timeout=timeout, log_dir=log_dir)
         return _publish(tmp, final, meta, task, seed)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -250,16 +256,22 @@ def _publish(tmp: str, final: str, meta: dict, task, seed: int) -> Reference:
     return Reference(final, meta, created=True)
 
 
-def _write(task, directory: str, seed: int) -> dict:
-    inputs = random_inputs(task.inputs, task.key, seed)
-    expected = compute_expected(task, inputs)
-    extent = reduction_extent(task.func)
-    meta = {"version": REFERENCE_VERSION, "task_key": task.key, "task": task.name,
-            "seed": seed, "target": REFERENCE_TARGET, "reduction_extent": extent,
+def write_reference(directory: str, task: dict, seed: int, inputs, expected,
+                    how: dict) -> dict:
+    """Write the arrays and then ``meta.json`` into `directory`; returns the meta.
+    `task` is the request's description (key, name, inputs, outputs, reduction_extent),
+    `how` what made the expected outputs (``target``, ``expected``, ``check``)."""
+    from ..task import TensorSpec
+
+    in_specs = [TensorSpec.from_json(e) for e in task["inputs"]]
+    out_specs = [TensorSpec.from_json(e) for e in task["outputs"]]
+    extent = int(task["reduction_extent"])
+    meta = {"version": REFERENCE_VERSION, "task_key": task["key"], "task": task["name"],
+            "seed": seed, **how, "reduction_extent": extent,
             "inputs": [_save(directory, f"in{i}.npy", s, a)
-                       for i, (s, a) in enumerate(zip(task.inputs, inputs))],
+                       for i, (s, a) in enumerate(zip(in_specs, inputs, strict=True))],
             "outputs": []}
-    for i, (spec, out) in enumerate(zip(task.outputs, expected)):
+    for i, (spec, out) in enumerate(zip(out_specs, expected, strict=True)):
         entry = _save(directory, f"out{i}.npy", spec, out)
         entry["tolerance"] = tolerance_for(spec.dtype, extent, out).to_json()
         meta["outputs"].append(entry)

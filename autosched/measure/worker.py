@@ -37,6 +37,7 @@ HANDLERS = {
     "build": "autosched.measure.builder:build_job",
     "run": "autosched.measure.run_job:run_job",
     "rpc": "autosched.measure.rpc_session:run_job",
+    "reference": "autosched.measure.reference_job:reference_job",
 }
 PRELOAD = ("tvm",)
 STARTUP_TIMEOUT = 180.0  # importing TVM on a loaded machine can be slow

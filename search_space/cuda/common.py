@@ -1,7 +1,9 @@
 """Schedule steps shared by the CUDA sketches: inlining, thread binding of a whole
 block, unroll annotations; and the two sketches built only from them: `default`
 (every block fused, split and bound, no decisions) and `simple` (the same after
-inlining, with the thread count and unroll depth as decisions)."""
+inlining, with the thread count and unroll depth as decisions). `reference_schedule`
+is the default's schedule as a plain module, what the correctness reference runs on
+the device."""
 from __future__ import annotations
 
 from ..blocks import blocks
@@ -113,6 +115,18 @@ class DefaultGpuSketch(Sketch):
 
     def apply(self, sch, decide: Decider) -> None:
         bind_unbound(sch, self.limits, None)
+
+
+def reference_schedule(mod, limits: GpuLimits):
+    """`mod` made valid CUDA in the plainest way, the `default` sketch's schedule: each
+    block its own kernel, its spatial loops fused over blockIdx.x / threadIdx.x, its
+    reductions serial in each thread. Nothing is inlined or reordered across blocks,
+    so every value is computed by the same arithmetic as the unscheduled function."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(mod)
+    bind_unbound(sch, limits, None)
+    return sch.mod
 
 
 class SimpleGpuSketch(Sketch):

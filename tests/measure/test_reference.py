@@ -1,7 +1,8 @@
-"""Reference data: deterministic inputs, outputs of the unscheduled kernel, files on disk
-shared by processes."""
+"""Reference data: deterministic inputs, outputs of the unscheduled kernel computed in a
+reference worker with a timeout, files on disk shared by processes."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -10,9 +11,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from autosched.errors import InfrastructureError
 from autosched.measure.check import relative_tolerance
-from autosched.measure.reference import (ensure_reference, load_reference, random_inputs,
-                                         reduction_extent, reference_dir)
+from autosched.measure.reference import (REFERENCE_VERSION, ensure_reference, load_reference,
+                                         random_inputs, reduction_extent, reference_dir)
+from autosched.measure.reference_job import TEST_FAULT_ATTR, ReferenceFailed
 from autosched.task import TensorSpec
 
 
@@ -25,6 +28,8 @@ def test_matmul_reference_is_the_product_of_its_inputs(tmp_path, matmul_task):
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5,
                                atol=1e-5)
     assert ref.meta["reduction_extent"] == 32
+    assert (ref.meta["version"], ref.meta["target"], ref.meta["expected"], ref.meta["check"]) \
+        == (2, {"kind": "llvm"}, {"device": "cpu", "schedule": "unscheduled"}, None)
     (tol,) = ref.tolerances()
     assert tol.rtol == relative_tolerance("float32", 32) == 1e-5
     assert tol.atol == pytest.approx(1e-5 * np.abs(c).max())
@@ -99,6 +104,18 @@ def test_bfloat16_is_stored_as_raw_bits_and_loads_as_bfloat16(tmp_path, task_of)
     assert np.abs(c.astype(np.float64) - exact).max() <= 0.05 * np.abs(exact).max()
 
 
+def test_a_reference_of_an_older_version_is_recomputed(tmp_path, matmul_task):
+    ref = ensure_reference(matmul_task, str(tmp_path))
+    meta_path = os.path.join(ref.directory, "meta.json")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    with open(meta_path, "w") as f:
+        json.dump(dict(meta, version=REFERENCE_VERSION - 1), f)
+    assert load_reference(ref.directory) is None
+    again = ensure_reference(matmul_task, str(tmp_path))
+    assert again.created and again.meta["version"] == REFERENCE_VERSION == 2
+
+
 def test_a_partial_directory_is_recomputed(tmp_path, matmul_task):
     broken = reference_dir(str(tmp_path), matmul_task.key)
     os.makedirs(broken)
@@ -142,15 +159,22 @@ def _result(proc):
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # two processes, each starting a reference worker
 def test_reference_files_are_reused_across_processes(tmp_path, child_env, examples_dir):
-    wd = str(tmp_path)
-    first = _result(_spawn(child_env, examples_dir, wd))
-    second = _result(_spawn(child_env, examples_dir, wd))
+    wd = str(tmp_path / "work")
+    runs = [tmp_path / "work" / "runs" / name for name in ("a", "b")]
+    first = _result(_spawn(child_env, examples_dir, wd, str(runs[0])))
+    second = _result(_spawn(child_env, examples_dir, wd, str(runs[1])))
     assert first["created"] is True and second["created"] is False
     assert first["dir"] == second["dir"] and first["mtime"] == second["mtime"]
     assert first["pid"] != second["pid"]
+    # the first started a reference worker (its log folder is left, empty); the second
+    # found the files and started none
+    assert os.listdir(runs[0]) == ["workers"] and os.listdir(runs[0] / "workers") == []
+    assert not runs[1].exists()
 
 
+@pytest.mark.slow  # two processes, each starting a reference worker
 def test_processes_racing_for_one_reference_agree(tmp_path, child_env, examples_dir):
     wd = str(tmp_path)
     procs = [_spawn(child_env, examples_dir, wd) for _ in range(2)]
@@ -163,6 +187,7 @@ def test_processes_racing_for_one_reference_agree(tmp_path, child_env, examples_
         assert json.load(f)["task_key"] == os.path.basename(results[0]["dir"])
 
 
+@pytest.mark.slow  # two processes, each starting a reference worker
 def test_processes_writing_one_reference_at_once_end_with_the_same_complete_one(
         tmp_path, child_env, examples_dir, task_of):
     """Both start together, each writing in its own scratch folder, with a partial
@@ -182,8 +207,52 @@ def test_processes_writing_one_reference_at_once_end_with_the_same_complete_one(
     assert results[0]["digest"] == results[1]["digest"]
     assert all(r["files"] == ["in0.npy", "in1.npy", "meta.json", "out0.npy"] for r in results)
     assert os.listdir(os.path.dirname(broken)) == [task.key]  # nothing else in reference/
-    assert all(os.listdir(s) == [] for s in scratch)  # each removed its unpublished copy
+    # each removed its unpublished copy; its reference worker's log went with the worker
+    assert [p for s in scratch for p in s.rglob("*") if not p.is_dir()] == []
     ref = load_reference(broken)
     (a, b), (c,) = ref.arrays()
     np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5,
                                atol=1e-5)
+
+
+def _worker_children() -> list:
+    import psutil
+
+    return [p for p in psutil.Process().children(recursive=True)
+            if "autosched.measure.worker" in " ".join(p.cmdline())]
+
+
+def test_a_reference_past_its_timeout_is_a_clear_stop_and_leaves_nothing(tmp_path, task_of):
+    """A 512^3 float16 matmul takes about 5 s on the CPU here; given 1 s, its worker is
+    killed and the one line names the task, where it ran and the limit."""
+    task = task_of("matmul.py", M=512, N=512, K=512, dtype="float16")
+    with pytest.raises(ReferenceFailed) as caught:
+        ensure_reference(task, str(tmp_path / "work"), scratch_dir=str(tmp_path / "run"),
+                         timeout=1.0)
+    assert isinstance(caught.value, InfrastructureError)
+    assert str(caught.value) == (
+        "reference of matmul(M=512,N=512,K=512,dtype=float16) on the CPU did not finish "
+        "within 1s; worker killed; give the workload smaller arguments (--arg K=V) or the "
+        "reference a longer timeout (reference_timeout), then rerun")
+    assert os.listdir(tmp_path / "work" / "reference") == []
+    assert [p for p in (tmp_path / "run").rglob("*") if not p.is_dir()] == []
+    assert _worker_children() == []
+
+
+def test_a_reference_worker_that_dies_is_a_clear_stop(tmp_path, matmul_task):
+    import dataclasses
+
+    task = dataclasses.replace(matmul_task, func=matmul_task.func.with_attr(TEST_FAULT_ATTR,
+                                                                            "crash"))
+    with pytest.raises(ReferenceFailed) as caught:
+        ensure_reference(task, str(tmp_path))
+    line = str(caught.value)
+    assert re.fullmatch(
+        r"reference of matmul\(M=32,N=32,K=32,dtype=float32\) on the CPU: the reference "
+        r"worker killed by signal 11 \(SIGSEGV\) \(Fatal Python error: Segmentation fault "
+        r"in reference_job at reference_job\.py:\d+\); nothing was recorded; fix the cause "
+        r"and rerun", line), line
+    assert os.listdir(tmp_path / "reference") == []
+    assert _worker_children() == []
+    ref = ensure_reference(matmul_task, str(tmp_path))  # the same task, without the fault
+    assert ref.created and ref.meta["version"] == REFERENCE_VERSION

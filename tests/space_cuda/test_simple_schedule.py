@@ -1,0 +1,117 @@
+"""`search_space.cuda.reference_schedule`, the plain GPU schedule the correctness
+reference runs on the device: every example operator, scheduled by it, computes the
+CPU's values under the emulator (tests/support/cuda_emulator.py), fits the target's
+limits, and compiles with nvcc for sm_90."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+EXAMPLES_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+NN_SHAPE = ["M=16", "N=40", "K=24"]
+
+
+def _nn_tasks():
+    from autosched.workload import load_tasks
+
+    return {t.workload: t for t in load_tasks(os.path.join(EXAMPLES_DIR, "nn_ops.py"),
+                                              arg_items=NN_SHAPE)}
+
+
+NN_WORKLOADS = ("linear", "linear_grad_x", "linear_grad_w", "linear_grad_b", "matmul_grad_a",
+                "matmul_grad_b", "gelu", "gelu_grad", "softmax", "softmax_grad", "layer_norm",
+                "layer_norm_grad_x", "layer_norm_grad_gamma", "layer_norm_grad_beta")
+SMALL_WORKLOADS = ("matmul", "conv2d", "depthwise_conv2d", "softmax", "layer_norm",
+                   "dense_bias_gelu", "batch_matmul")
+
+
+@pytest.fixture(scope="module")
+def nn_tasks():
+    return _nn_tasks()
+
+
+def _scheduled(task, target):
+    from search_space.cuda import GpuLimits, reference_schedule
+
+    return reference_schedule(task.mod, GpuLimits.of(target))
+
+
+def _launches(mod, target):
+    """(grid x, block x) of every kernel of a scheduled module."""
+    from search_space.cuda.limits import kernel_usage
+    from search_space.cuda.lowering import lower_for_check
+
+    return [(u.extents.get("blockIdx.x"), u.extents.get("threadIdx.x"))
+            for u in kernel_usage(lower_for_check(mod, target.tvm()))]
+
+
+def _emulate_and_compare(task, target, emulator, reference):
+    mod = _scheduled(task, target)
+    rng = np.random.default_rng(1)
+    inputs = {s.name: rng.uniform(-1, 1, s.shape).astype(s.dtype) for s in task.inputs}
+    want = reference(task, inputs)
+    got = emulator.emulate(mod, target, inputs, {s.name: (s.shape, s.dtype)
+                                                 for s in task.outputs})
+    for name, ref in want.items():
+        assert np.abs(ref).max() > 0
+        np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-5, err_msg=name)
+    return mod
+
+
+@pytest.mark.parametrize("workload", SMALL_WORKLOADS)
+def test_reference_schedule_emulates_correctly(small_tasks, cuda_target, cuda_emulator,
+                                               reference, workload):
+    task = small_tasks[workload]
+    mod = _emulate_and_compare(task, cuda_target, cuda_emulator, reference)
+    from search_space.cuda.limits import check_module
+
+    assert check_module(mod, cuda_target) is None
+
+
+@pytest.mark.parametrize("workload", NN_WORKLOADS)
+def test_reference_schedule_emulates_every_nn_op(nn_tasks, cuda_target, cuda_emulator,
+                                                 reference, workload):
+    _emulate_and_compare(nn_tasks[workload], cuda_target, cuda_emulator, reference)
+
+
+def test_each_block_is_its_own_kernel_over_all_its_outputs(small_tasks, cuda_target):
+    """Softmax at 8x200: row max, exp, row sum and division are four kernels (nothing
+    is inlined); each covers its block's spatial extent with 256-thread blocks (a row
+    reduction has 8 outputs: one block of 8 threads; exp and the output 1600: 7
+    blocks); matmul 64x32 is one kernel of 2048 threads, its K loop serial in each."""
+    assert _launches(_scheduled(small_tasks["softmax"], cuda_target), cuda_target) == [
+        (1, 8), (7, 256), (1, 8), (7, 256)]
+    assert _launches(_scheduled(small_tasks["matmul"], cuda_target), cuda_target) == [(8, 256)]
+
+
+def test_it_is_the_default_sketch(small_tasks, cuda_target):
+    """The space's decision-free `default` candidate is the same schedule."""
+    import tvm
+
+    from search_space import generate_space
+
+    task = small_tasks["layer_norm"]
+    space = generate_space(task, cuda_target)
+    default = space.apply(space.default_candidate())
+    tvm.ir.assert_structural_equal(default, _scheduled(task, cuda_target))
+
+
+def _default_nn_task(workload: str):
+    from autosched.workload import load_tasks
+
+    return load_tasks(os.path.join(EXAMPLES_DIR, "nn_ops.py"), [workload])[0]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("workload", SMALL_WORKLOADS + tuple(f"nn_ops:{w}" for w in NN_WORKLOADS))
+def test_reference_schedule_compiles_with_nvcc_at_the_default_shape(tasks, cuda_target,
+                                                                    workload):
+    from autosched.measure.nvcc import compile_candidate
+
+    task = (_default_nn_task(workload.split(":")[1]) if workload.startswith("nn_ops:")
+            else tasks[workload])
+    ok, message, _ = compile_candidate(_scheduled(task, cuda_target), cuda_target)
+    assert (ok, message) == (True, "")
