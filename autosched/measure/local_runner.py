@@ -74,14 +74,15 @@ class LocalRunner:
             if not art.ok:
                 results.append(art.failure())
                 continue
-            results.append(self._run_one(self._reference(inp.task), inp, art))
+            results.append(self._run_one(self._reference(inp.task, inp.target), inp, art))
         return results
 
-    def _reference(self, task) -> Reference:
+    def _reference(self, task, target) -> Reference:
         ref = self._references.get(task.key)
         if ref is None:
             ref = self._references[task.key] = ensure_reference(
-                task, self.work_dir, scratch_dir=self.scratch_dir)
+                task, self.work_dir, scratch_dir=self.scratch_dir, target=target,
+                timeout=self.settings.reference_timeout)
         return ref
 
     def _request(self, ref: Reference, inp: MeasureInput, art: BuildArtifact) -> dict:

@@ -208,7 +208,8 @@ class RPCRunner:
         ref = self._references.get(inp.task.key)
         if ref is None:
             ref = self._references[inp.task.key] = ensure_reference(
-                inp.task, self.work_dir, scratch_dir=self.scratch_dir)
+                inp.task, self.work_dir, scratch_dir=self.scratch_dir, target=inp.target,
+                timeout=self.settings.reference_timeout)
         s = self.settings
         return {"lib": art.path, "reference": ref.directory, "device": DEVICES[inp.target.kind],
                 "session_timeout": s.run_timeout, "warmup": s.warmup, "number": s.number,

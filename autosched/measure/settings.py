@@ -23,6 +23,7 @@ class MeasureSettings:
     run_timeout: float = 30.0
     build_workers: int = 2
     check_correctness: bool = True
+    reference_timeout: float = 1800.0  # computing a task's expected outputs, once per task
     # CUDA only (see cuda_timing): flush L2 before each timed call; the stream kernels
     # run on ("runner": the run worker's own non-blocking stream; "default": stream 0)
     flush_l2: bool = True
