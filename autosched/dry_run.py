@@ -1,5 +1,6 @@
 """`--dry-run`: generate candidates, check them against the target's limits and compile
-them, without running anything or writing the database (works with no GPU for cuda)."""
+them, without running anything or writing the database (works with no GPU for cuda: the
+same compile path as the build worker, `measure.cuda_compile`)."""
 from __future__ import annotations
 
 import random
@@ -26,11 +27,16 @@ class DryRunReport:
 
 
 def _compile(mod, target) -> tuple[bool, str]:
+    """Compile as the build worker does (for cuda: device code for the target's arch,
+    through `cuda_compile`); a machine fault raises InfrastructureError."""
     if target.kind == "cuda":
-        from .measure.nvcc import compile_candidate
+        from .measure.cuda_compile import CudaCompileError, build_cuda
 
-        ok, message, _ = compile_candidate(mod, target)
-        return ok, message
+        try:
+            build_cuda(mod, target.config)
+        except CudaCompileError as e:
+            return False, str(e)
+        return True, ""
     import tvm
 
     try:

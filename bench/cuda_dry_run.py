@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
 
 import provenance  # noqa: E402
-from autosched.measure.nvcc import compile_candidate  # noqa: E402
+from autosched.measure.cuda_compile import CudaCompileError, build_cuda  # noqa: E402
 from autosched.target import resolve_target  # noqa: E402
 from autosched.workload import load_tasks  # noqa: E402
 from search_space import InvalidCandidate, generate_space  # noqa: E402
@@ -60,8 +60,13 @@ def dry_run(task, target, n: int, seed: int) -> dict:
             failures["check: " + reason.split(";")[0]] += 1
             continue
         checked += 1
-        ok, msg, sec = compile_candidate(mod, target)
-        t_compile += sec
+        t1 = time.perf_counter()
+        try:
+            build_cuda(mod, target.config)
+            ok, msg = True, ""
+        except CudaCompileError as e:
+            ok, msg = False, str(e)
+        t_compile += time.perf_counter() - t1
         if ok:
             compiled += 1
             per_sketch[cand.sketch] += 1
