@@ -277,3 +277,62 @@ SCHEDULE = textwrap.dedent("""
         sch.bind(inner, "threadIdx.x")
         return sch.mod
 """)
+
+
+# Through the build worker: a candidate that nvcc rejects is that candidate's one-line
+# build_error (the task's default candidate builds, so it is not the machine), a good
+# one builds; with no nvcc at all the whole batch is the machine's fault.
+BUILDER = textwrap.dedent("""
+    import json, sys
+    from autosched.errors import InfrastructureError
+    from autosched.measure.builder import LocalBuilder
+    from autosched.measure.settings import MeasureInput, MeasureSettings
+    from autosched.target import resolve_target
+    from autosched.workload import load_tasks
+    from search_space import generate_space
+    """) + SCHEDULE + textwrap.dedent("""
+    import tvm
+    from tvm import te
+    a = te.placeholder((65536,), name="a")
+    b = te.compute((65536,), lambda i: a[i] * 2, name="b")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([a, b]))
+    block = sch.get_sblock("b")
+    bx, _, tx = sch.split(sch.get_loops(block)[0], [1, 64, 1024])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    shared = sch.cache_read(block, 0, "shared")   # 256 KiB: more than any GPU has
+    sch.compute_at(shared, bx)
+    _, t = sch.split(sch.get_loops(shared)[-1], [None, 1024])
+    sch.bind(t, "threadIdx.x")
+    target = resolve_target(json.dumps({"kind": "cuda", "arch": "sm_90a",
+                                        "max_shared_memory_per_block": 1 << 20}))
+    task = load_tasks(sys.argv[1], arg_items=["M=64", "N=32", "K=48"])[0]
+    space = generate_space(task, target)
+    default = space.apply(space.default_candidate())
+    inputs = [MeasureInput(task, target, None, m, default) for m in (sch.mod, _sched())]
+    builder = LocalBuilder(MeasureSettings(build_workers=1), sys.argv[2])
+    try:
+        print("BUILT", json.dumps([[x.error_kind, x.error_msg] for x in builder.build(inputs)]))
+    except InfrastructureError as e:
+        print("MACHINE", e)
+    builder.close()
+""")
+
+
+@pytest.mark.slow
+def test_build_worker_tells_a_candidates_nvcc_error_from_the_machines(gpu_env, tmp_path):
+    args = ["-c", BUILDER, str(EXAMPLES / "matmul.py"), str(tmp_path / "run")]
+    out = _run(args, gpu_env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["BUILT " + json.dumps([
+        ["build_error", "nvcc: ptxas error   : Entry function 'main_kernel' uses too much "
+                        "shared data (0x40000 bytes, 0x38c00 max)"], [None, ""]])]
+    no_nvcc = dict(gpu_env, PATH="/usr/bin:/bin")
+    if shutil.which("nvcc", path=no_nvcc["PATH"]):
+        pytest.skip("nvcc lives in /usr/bin here")
+    out = _run(args, no_nvcc)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout == ("MACHINE cannot compile CUDA kernels: neither nvcc on PATH nor "
+                          "NVRTC (the cuda-bindings package); install "
+                          "the CUDA toolkit (nvcc on PATH, or the cuda-bindings package for "
+                          "NVRTC), then rerun\n")
