@@ -1,5 +1,6 @@
 """CUDA dry run of the search space: sample distinct candidates per operator, check
-each against the target's limits and compile it with nvcc to a cubin (no GPU needed).
+each against the target's limits and compile it the build worker's way
+(`measure.cuda_compile`: nvcc to a fatbin for the target's arch; no GPU needed).
 
     PYTHONPATH=. python bench/cuda_dry_run.py [--per-op 64] [--seed 0] [--json out.json]
 

@@ -87,7 +87,7 @@ BUILD = textwrap.dedent("""
     builder.close()
     for task in tasks:
         report = dry_run_task(task, target, 2, seed=3)
-        out["dry_run"][task.workload] = [report.generated, report.compiled,
+        out["dry_run"][task.workload] = [report.generated, report.compiled, report.compiler,
                                          report.first_errors]
     print("RESULT", json.dumps(out))
 """)
@@ -190,8 +190,8 @@ def _image_archs(blob: bytes) -> list[tuple[int, int, bool]]:
 def test_build_worker_and_dry_run_make_device_code_for_the_arch(built):
     report, _ = built
     assert report["built"] == {w: [None, [ARCH]] for ws in WORKLOADS.values() for w in ws}
-    assert {w: r[:2] for w, r in report["dry_run"].items()} == \
-        {w: [2, 2] for ws in WORKLOADS.values() for w in ws}, report["dry_run"]
+    assert {w: r[:3] for w, r in report["dry_run"].items()} == \
+        {w: [2, 2, "nvcc"] for ws in WORKLOADS.values() for w in ws}, report["dry_run"]
 
 
 @pytest.mark.slow
