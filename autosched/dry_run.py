@@ -1,5 +1,6 @@
 """`--dry-run`: generate candidates, check them against the target's limits and compile
-them, without running anything or writing the database (works with no GPU for cuda)."""
+them, without running anything or writing the database (works with no GPU for cuda: the
+same compile path as the build worker, `measure.cuda_compile`)."""
 from __future__ import annotations
 
 import random
@@ -19,22 +20,29 @@ class DryRunReport:
     failures: Counter = field(default_factory=Counter)
     first_errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    compiler: str = ""   # what made the device code (cuda: "nvcc" or "nvrtc")
 
     @property
     def compile_rate(self) -> float:
         return self.compiled / self.generated if self.generated else 0.0
 
 
-def _compile(mod, target) -> tuple[bool, str]:
+def _compile(mod, target, report: DryRunReport) -> tuple[bool, str]:
+    """Compile as the build worker does (for cuda: device code for the target's arch,
+    through `cuda_compile`); a machine fault raises InfrastructureError."""
     if target.kind == "cuda":
-        from .measure.nvcc import compile_candidate
+        from .measure.cuda_compile import CudaCompileError, build_cuda
 
-        ok, message, _ = compile_candidate(mod, target)
-        return ok, message
+        try:
+            report.compiler = build_cuda(mod, target.config).compiler
+        except CudaCompileError as e:
+            return False, str(e)
+        return True, ""
     import tvm
 
     try:
         tvm.compile(mod, target=target.tvm())
+        report.compiler = "llvm"
         return True, ""
     except Exception as e:  # a compile error is a finding, not a crash
         return False, str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
@@ -56,7 +64,7 @@ def dry_run_task(task, target, count: int, seed: int = 0,
             _note(report, f"{cand.sketch}: {reason}")
         else:
             report.passed_check += 1
-            ok, message = _compile(mod, target)
+            ok, message = _compile(mod, target, report)
             if ok:
                 report.compiled += 1
             else:

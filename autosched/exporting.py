@@ -1,7 +1,9 @@
 """Export: the best record of each selected workload -> DIR/kernels.so + DIR/manifest.json.
 
 Nothing is measured: each best record's candidate is replayed through the search space
-(exactly the schedule that was measured) and compiled into one library. Only records
+(exactly the schedule that was measured) and compiled into one library; a CUDA library
+holds device code for the target's arch (see `measure/cuda_compile.py`), and its
+manifest says how it was made (`"cuda": {"arch", "binary", "compiler"}`). Only records
 for this target, this hardware and compatible versions are used (the database filters).
 """
 from __future__ import annotations
@@ -89,14 +91,43 @@ def export_tasks(tasks, target_text: str, out_dir: str, db_url: str | None = Non
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
     try:
-        tvm.compile(tvm.IRModule(funcs), target=target.tvm()).export_library(
-            os.path.join(staging, LIBRARY_NAME))
+        cuda = _compile_library(tvm.IRModule(funcs), target, os.path.join(staging, LIBRARY_NAME))
+        if cuda is not None:
+            manifest["cuda"] = cuda
         write_manifest(os.path.join(staging, MANIFEST_NAME), manifest)
         _replace_dir(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return os.path.join(out_dir, MANIFEST_NAME)
+
+
+def _compile_library(mod, target, path: str) -> dict | None:
+    """Compile `mod` and export it to `path`. A CUDA library holds device code for
+    exactly the target's arch (made here, by `cuda_compile`, never source to compile
+    where it loads); returns what the manifest records about it (None for llvm)."""
+    import tvm
+
+    if target.kind != "cuda":
+        tvm.compile(mod, target=target.tvm()).export_library(path)
+        return None
+    from .errors import InfrastructureError
+    from .measure import fatbin
+    from .measure.cuda_compile import CudaCompileError, build_cuda
+
+    try:
+        build = build_cuda(mod, target.config)
+    except CudaCompileError as e:
+        raise UserError(f"the best records do not compile for {target.config['arch']}: "
+                        f"{e}") from None
+    build.executable.export_library(path)
+    if build.binary == "fatbin":
+        archs = {e.arch for e in fatbin.library_entries(path) if e.kind == "sass"}
+        if archs != {build.arch}:
+            raise InfrastructureError(f"{path}: nvcc embedded device code for "
+                                      f"{sorted(archs) or 'no arch'}, not {build.arch}",
+                                      "check the CUDA toolkit (nvcc), then rerun")
+    return build.describe()
 
 
 def write_manifest(path: str, manifest: dict) -> None:

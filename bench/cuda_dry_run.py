@@ -1,5 +1,6 @@
 """CUDA dry run of the search space: sample distinct candidates per operator, check
-each against the target's limits and compile it with nvcc to a cubin (no GPU needed).
+each against the target's limits and compile it the build worker's way
+(`measure.cuda_compile`: nvcc to a fatbin for the target's arch; no GPU needed).
 
     PYTHONPATH=. python bench/cuda_dry_run.py [--per-op 64] [--seed 0] [--json out.json]
 
@@ -20,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
 
 import provenance  # noqa: E402
-from autosched.measure.nvcc import compile_candidate  # noqa: E402
+from autosched.measure.cuda_compile import CudaCompileError, build_cuda  # noqa: E402
 from autosched.target import resolve_target  # noqa: E402
 from autosched.workload import load_tasks  # noqa: E402
 from search_space import InvalidCandidate, generate_space  # noqa: E402
@@ -60,8 +61,13 @@ def dry_run(task, target, n: int, seed: int) -> dict:
             failures["check: " + reason.split(";")[0]] += 1
             continue
         checked += 1
-        ok, msg, sec = compile_candidate(mod, target)
-        t_compile += sec
+        t1 = time.perf_counter()
+        try:
+            build_cuda(mod, target.config)
+            ok, msg = True, ""
+        except CudaCompileError as e:
+            ok, msg = False, str(e)
+        t_compile += time.perf_counter() - t1
         if ok:
             compiled += 1
             per_sketch[cand.sketch] += 1

@@ -195,9 +195,10 @@ class LocalBuilder:
             else:
                 results[index] = BuildArtifact(None, "build_error", reply.get("error", "?"),
                                                seconds)
-                self._verdicts[index] = (faults.judge_reply(reply, self.out_dir,
-                                                            request["kind"]),
-                                         reply.get("stage", "compile"))
+                verdict = (faults.Verdict(faults.MACHINE, reply["machine"], reply["remedy"])
+                           if reply.get("machine") else
+                           faults.judge_reply(reply, self.out_dir, request["kind"]))
+                self._verdicts[index] = (verdict, reply.get("stage", "compile"))
             slot.job = None
 
     def _finish(self, slot: _Slot, results, kind: str, msg: str, judged: bool = False) -> None:
@@ -256,7 +257,9 @@ def _inject_fault(fault: str) -> None:
 def build_job(request: dict) -> dict:
     """In the build worker: JSON module -> compiled, exported `.so`. A failure says at
     which stage (`compile` in TVM, `export`: linking) and, for linking, the evidence
-    `faults.judge_reply` weighs: the compiler found here, the OSError's errno and file."""
+    `faults.judge_reply` weighs: the compiler found here, the OSError's errno and file.
+    CUDA device code is made here (`cuda_compile.build_cuda`); a fault of the machine
+    found there comes back as `machine` and `remedy`, raised for the whole batch."""
     import tvm
 
     from .worker import error_text
@@ -266,9 +269,12 @@ def build_job(request: dict) -> dict:
         if TEST_FAULT_ATTR in mod.attrs:
             _inject_fault(str(mod.attrs[TEST_FAULT_ATTR]))
             mod = mod.without_attr(TEST_FAULT_ATTR)
-        exe = tvm.compile(mod, target=tvm.target.Target(request["target"]))
+        exe = _compile(mod, request)
+    except InfrastructureError as e:  # the machine's fault, whichever candidate it met
+        return {"ok": False, "stage": "compile", "error": str(e), "machine": e.cause,
+                "remedy": e.remedy}
     except Exception as e:
-        return {"ok": False, "stage": "compile", "error": error_text(e)}
+        return {"ok": False, "stage": "compile", "error": _compile_error_text(e)}
     try:
         exe.export_library(request["out"])
     except Exception as e:
@@ -279,6 +285,26 @@ def build_job(request: dict) -> dict:
                 "compiler": get_cc(), "errno": os_error.errno if os_error else None,
                 "filename": os_error.filename if os_error else None}
     return {"ok": True, "path": request["out"]}
+
+
+def _compile(mod, request: dict):
+    """The executable of `mod`: CUDA through `cuda_compile` (device code made here, for
+    exactly the target's arch), anything else with `tvm.compile`."""
+    import tvm
+
+    if request.get("kind") == "cuda":
+        from .cuda_compile import build_cuda
+
+        return build_cuda(mod, request["target"],
+                          request.get("cuda_compiler", "auto")).executable
+    return tvm.compile(mod, target=tvm.target.Target(request["target"]))
+
+
+def _compile_error_text(e: Exception) -> str:
+    from .cuda_compile import CudaCompileError
+    from .worker import error_text
+
+    return str(e) if isinstance(e, CudaCompileError) else error_text(e)
 
 
 def _unlink(path: str | None) -> None:

@@ -3,12 +3,14 @@
 A library built for instructions this CPU lacks would die with SIGILL on the first call,
 and one built against another TVM runtime may crash while loading; both are turned into a
 LibraryError here. Differences that only cost speed (another CPU model of the same
-instruction set, another GPU of a newer architecture) are logged as a warning.
+instruction set, a GPU of a newer minor version of the library's architecture) are
+logged as a warning; a GPU that cannot run the library's device code is refused.
 """
 from __future__ import annotations
 
 import logging
 import platform
+import re
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -134,23 +136,62 @@ def check_cpu(manifest: Manifest, check_hardware: bool = True,
                     "differ", manifest.directory, built.get("model"), host.model)
 
 
-def check_gpu(manifest: Manifest, check_hardware: bool = True) -> None:
-    """A CUDA library needs a CUDA build of torch, a GPU, and an architecture at least the
-    library's."""
-    import torch
+_SM = re.compile(r"^sm_(\d+)([af]?)$")
 
+
+@dataclass(frozen=True)
+class HostGPU:
+    """The GPU a library is loaded on: its name and architecture (`sm_90`)."""
+
+    name: str
+    arch: str
+
+    @staticmethod
+    def detect(manifest: Manifest) -> "HostGPU":
+        """GPU 0 as torch sees it; LibraryError when this process has none."""
+        import torch
+
+        if not torch.cuda.is_available():
+            build = "a CPU-only build of torch" if torch.version.cuda is None else "no visible GPU"
+            arch = manifest.target.get("arch") or "cuda"
+            raise LibraryError(f"{manifest.directory}: a CUDA library ({arch}) but this "
+                               f"process has {build}")
+        major, minor = torch.cuda.get_device_capability()
+        return HostGPU(torch.cuda.get_device_name(), f"sm_{major}{minor}")
+
+
+def _capability(arch: str) -> tuple[int, int, str] | None:
+    match = _SM.match(arch)
+    if match is None:
+        return None
+    number = int(match.group(1))
+    return number // 10, number % 10, match.group(2)
+
+
+def arch_runs_on(built: str, device: str) -> bool:
+    """Whether SASS built for `built` (no PTX, as autosched embeds) runs on a GPU of
+    architecture `device`: the same major version and at least the built minor one
+    (`sm_80` runs on sm_86); an arch-specific `sm_90a` only on sm_90 itself; a
+    family-specific `sm_100f` on every sm_10x from sm_100."""
+    b, d = _capability(built), _capability(device)
+    if b is None or d is None or b[0] != d[0]:
+        return False
+    return b[1] == d[1] if b[2] == "a" else d[1] >= b[1]
+
+
+def check_gpu(manifest: Manifest, check_hardware: bool = True,
+              gpu: HostGPU | None = None) -> None:
+    """A CUDA library needs a GPU (`gpu`, default GPU 0 via torch) that runs its device
+    code: the library holds SASS for one arch only, so any other is refused, whatever
+    `check_hardware` says (the kernels could not load)."""
     arch = str(manifest.target.get("arch", ""))
-    if not torch.cuda.is_available():
-        build = "a CPU-only build of torch" if torch.version.cuda is None else "no visible GPU"
-        raise LibraryError(f"{manifest.directory}: a CUDA library ({arch or 'cuda'}) but this "
-                           f"process has {build}")
-    major, minor = torch.cuda.get_device_capability()
-    here = f"sm_{major}{minor}"
-    if check_hardware and arch.startswith("sm_") and int(arch[3:]) > major * 10 + minor:
-        raise LibraryError(f"{manifest.directory}: built for {arch}; this GPU "
-                           f"({torch.cuda.get_device_name()}) is {here}")
-    if arch and arch != here:
-        log.warning("%s was built for %s, running on %s", manifest.directory, arch, here)
+    gpu = gpu or HostGPU.detect(manifest)
+    if not arch_runs_on(arch, gpu.arch):
+        raise LibraryError(f"{manifest.directory}: built for {arch or 'an unnamed arch'}, "
+                           f"which does not run on this GPU ({gpu.name}, {gpu.arch}); "
+                           f"export the library for {gpu.arch}")
+    if arch != gpu.arch and check_hardware:
+        log.warning("%s was built for %s, running on %s", manifest.directory, arch, gpu.arch)
 
 
 def check_library(manifest: Manifest, check_hardware: bool = True) -> None:

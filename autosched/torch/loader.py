@@ -8,9 +8,11 @@ what libtvm_runtime.so registered. So libtvm_runtime.so is loaded first (with ct
 the installed `tvm` package, without importing it), and after loading we check that no
 such pointer was left empty: calling through one would crash the process.
 
-A CUDA library carries its kernels as CUDA source, compiled for the local GPU when the
-module loads; that also needs libtvm_runtime_cuda and a CUDA compiler callback
-(see docs/torch.md).
+A CUDA library carries its kernels as device code (a fatbin or cubin for one GPU
+architecture, made at export), so loading it needs TVM's runtime libraries
+(libtvm_runtime, libtvm_runtime_cuda, which needs the driver's libcuda.so.1 and
+libcudart.so.13) and no CUDA compiler. A library exported by an older autosched, which
+carried CUDA source to compile at load time, is refused with the advice to re-export.
 """
 from __future__ import annotations
 
@@ -23,7 +25,6 @@ from .errors import LibraryError
 from .manifest import Manifest
 
 _CUDA_LOADER = "ffi.Module.load_from_bytes.cuda"
-_CUDA_COMPILE = "tvm_callback_cuda_compile"
 
 
 def _tvm_lib_dir() -> Path | None:
@@ -74,29 +75,34 @@ def _check_context_symbols(path: Path) -> None:
 
 
 def load_cuda_runtime() -> None:
-    """Register TVM's CUDA module loader and a CUDA compiler callback, or explain why not."""
+    """Register TVM's CUDA module loader (runtime libraries only), or explain why not."""
     import tvm_ffi
 
-    if tvm_ffi.get_global_func(_CUDA_LOADER, allow_missing=True) is None:
-        lib_dir = _tvm_lib_dir()
-        if lib_dir is None or not (lib_dir / "libtvm_runtime_cuda.so").exists():
-            raise LibraryError("loading a CUDA kernel library needs TVM's runtime libraries "
-                               "(libtvm_runtime.so, libtvm_runtime_cuda.so); install "
-                               "apache-tvm (or its runtime-only package)")
-        from tvm_ffi.libinfo import load_lib_ctypes
+    if tvm_ffi.get_global_func(_CUDA_LOADER, allow_missing=True) is not None:
+        return
+    lib_dir = _tvm_lib_dir()
+    if lib_dir is None or not (lib_dir / "libtvm_runtime_cuda.so").exists():
+        raise LibraryError("loading a CUDA kernel library needs TVM's runtime libraries "
+                           "(libtvm_runtime.so, libtvm_runtime_cuda.so); install "
+                           "apache-tvm (or its runtime-only package)")
+    from tvm_ffi.libinfo import load_lib_ctypes
 
-        try:
-            load_lib_ctypes("tvm", "tvm_runtime", "RTLD_GLOBAL", extra_lib_paths=[lib_dir])
-            load_lib_ctypes("tvm", "tvm_runtime_cuda", "RTLD_LOCAL", extra_lib_paths=[lib_dir])
-        except (OSError, RuntimeError) as e:  # typically libcuda.so.1 or libcudart.so.13
-            raise LibraryError(f"TVM's CUDA runtime does not load here: {e} (it needs "
-                               "libcuda.so.1 from the driver and libcudart.so.13)") from None
-    if tvm_ffi.get_global_func(_CUDA_COMPILE, allow_missing=True) is None:
-        try:  # TVM's callback compiles the kernels' source with NVRTC or nvcc
-            import tvm.support.nvcc  # noqa: F401
-        except ImportError as e:
-            raise LibraryError(f"CUDA kernels are compiled when the library loads, which "
-                               f"needs tvm.support.nvcc: {e}") from None
+    try:
+        load_lib_ctypes("tvm", "tvm_runtime", "RTLD_GLOBAL", extra_lib_paths=[lib_dir])
+        load_lib_ctypes("tvm", "tvm_runtime_cuda", "RTLD_LOCAL", extra_lib_paths=[lib_dir])
+    except (OSError, RuntimeError) as e:  # typically libcuda.so.1 or libcudart.so.13
+        raise LibraryError(f"TVM's CUDA runtime does not load here: {e} (it needs "
+                           "libcuda.so.1 from the driver and libcudart.so.13)") from None
+
+
+def check_device_code(manifest: Manifest) -> None:
+    """A CUDA library must hold device code (the manifest says which); one that holds
+    CUDA source would need a compiler here and is refused."""
+    if manifest.device_type == "cuda" and not manifest.cuda.get("binary"):
+        raise LibraryError(f"{manifest.directory}: this CUDA library holds kernel source, "
+                           "not device code (exported by an older autosched), and would "
+                           "need a CUDA compiler to load; re-export it with `autosched "
+                           "export`")
 
 
 def load_kernels(manifest: Manifest):
@@ -108,6 +114,7 @@ def load_kernels(manifest: Manifest):
         raise LibraryError(f"{manifest.directory}: {manifest.library} is missing")
     _load_tvm_runtime()
     if manifest.device_type == "cuda":
+        check_device_code(manifest)
         load_cuda_runtime()
     try:
         module = tvm_ffi.load_module(str(path))

@@ -66,6 +66,7 @@ class Manifest:
     hardware: dict
     versions: dict
     kernels: tuple[KernelEntry, ...]
+    cuda: dict = field(default_factory=dict)   # how CUDA device code was made (export)
 
     @property
     def library_path(self) -> Path:
@@ -205,4 +206,5 @@ def read_manifest(directory) -> Manifest:
     return Manifest(directory=directory, library=library,
                     target=target, target_key=str(data.get("target_key", "")),
                     hardware=dict(data.get("hardware") or {}),
-                    versions=_need(data, "versions", dict, where), kernels=kernels)
+                    versions=_need(data, "versions", dict, where), kernels=kernels,
+                    cuda=dict(data.get("cuda") or {}))
