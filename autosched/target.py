@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -144,11 +145,17 @@ def _cuda_config(arch: str, gpu: dict | None = None) -> dict:
     return cfg
 
 
+_CUDA_ARCH = re.compile(r"^sm_\d+[af]?$")
+
+
 def _resolve_cuda(config: dict | None) -> TargetSpec:
     gpu = local_gpu()
     cfg = _cuda_config(gpu["arch"] if gpu else DEFAULT_CUDA_ARCH, gpu)
     if config:
         cfg.update(config)
+    if not _CUDA_ARCH.match(str(cfg.get("arch"))):
+        raise UserError(f"--target: cuda arch {cfg.get('arch')!r} is not of the form sm_XY "
+                        "(e.g. sm_90, or sm_90a for Hopper's arch-specific features)")
     if gpu:
         fp = {"device": "gpu", **gpu}
     else:

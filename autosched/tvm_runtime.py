@@ -26,7 +26,10 @@ INSTALL_REMEDY = "install apache-tvm (or its runtime-only package) where kernels
 
 def tvm_lib_dir() -> Path | None:
     """tvm/lib of the installed TVM package, found without importing it."""
-    spec = importlib.util.find_spec("tvm")
+    try:
+        spec = importlib.util.find_spec("tvm")
+    except (ImportError, ValueError):  # hidden or broken: as if it were not installed
+        return None
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations))) / "lib"

@@ -217,21 +217,12 @@ def _cgroup_limit() -> int | None:
     return None
 
 
-@lru_cache(maxsize=1)
 def local_gpu_memory() -> int | None:
-    """Bytes of memory of GPU 0 as nvidia-smi reports it, or None."""
-    import shutil
-    import subprocess
+    """Bytes of memory of the GPU this process runs on (CUDA_VISIBLE_DEVICES), or None."""
+    from .target import local_gpu
 
-    if not shutil.which("nvidia-smi"):
-        return None
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
-                              "--format=csv,noheader,nounits"], capture_output=True,
-                             text=True, timeout=20, check=True).stdout.split()
-        return int(out[0]) << 20  # MiB
-    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
-        return None
+    gpu = local_gpu()
+    return gpu.get("memory") if gpu else None
 
 
 def format_bytes(n: int) -> str:

@@ -17,44 +17,26 @@ carried CUDA source to compile at load time, is refused with the advice to re-ex
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 from pathlib import Path
 
+from .. import tvm_runtime
+from ..errors import InfrastructureError
 from .errors import LibraryError
 from .manifest import Manifest
-
-_CUDA_LOADER = "ffi.Module.load_from_bytes.cuda"
-
-
-def _tvm_lib_dir() -> Path | None:
-    """tvm/lib of the installed TVM package, found without importing it."""
-    spec = importlib.util.find_spec("tvm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0]) / "lib"
-
 
 # Runtime entry points that kernels call through pointers the loader fills.
 _CONTEXT_SYMBOLS = ("__TVMBackendAllocWorkspace", "__TVMBackendFreeWorkspace",
                     "__TVMBackendParallelLaunch", "__TVMBackendParallelBarrier")
-_runtime_loaded = False
 
 
 def _load_tvm_runtime() -> None:
-    """Load libtvm_runtime.so once, if installed; it registers the runtime entry points."""
-    global _runtime_loaded
-    if _runtime_loaded:
-        return
-    lib_dir = _tvm_lib_dir()
-    if lib_dir is not None and (lib_dir / "libtvm_runtime.so").exists():
-        from tvm_ffi.libinfo import load_lib_ctypes
-
-        try:
-            load_lib_ctypes("tvm", "tvm_runtime", "RTLD_GLOBAL", extra_lib_paths=[lib_dir])
-            _runtime_loaded = True
-        except (OSError, RuntimeError):
-            pass  # reported by _check_context_symbols if a kernel needs it
+    """Load libtvm_runtime.so if installed; a library that needs it and did not get it
+    is refused by _check_context_symbols (a pure kernel library needs none)."""
+    try:
+        tvm_runtime.load_runtime()
+    except InfrastructureError:
+        pass
 
 
 def _check_context_symbols(path: Path) -> None:
@@ -76,23 +58,10 @@ def _check_context_symbols(path: Path) -> None:
 
 def load_cuda_runtime() -> None:
     """Register TVM's CUDA module loader (runtime libraries only), or explain why not."""
-    import tvm_ffi
-
-    if tvm_ffi.get_global_func(_CUDA_LOADER, allow_missing=True) is not None:
-        return
-    lib_dir = _tvm_lib_dir()
-    if lib_dir is None or not (lib_dir / "libtvm_runtime_cuda.so").exists():
-        raise LibraryError("loading a CUDA kernel library needs TVM's runtime libraries "
-                           "(libtvm_runtime.so, libtvm_runtime_cuda.so); install "
-                           "apache-tvm (or its runtime-only package)")
-    from tvm_ffi.libinfo import load_lib_ctypes
-
     try:
-        load_lib_ctypes("tvm", "tvm_runtime", "RTLD_GLOBAL", extra_lib_paths=[lib_dir])
-        load_lib_ctypes("tvm", "tvm_runtime_cuda", "RTLD_LOCAL", extra_lib_paths=[lib_dir])
-    except (OSError, RuntimeError) as e:  # typically libcuda.so.1 or libcudart.so.13
-        raise LibraryError(f"TVM's CUDA runtime does not load here: {e} (it needs "
-                           "libcuda.so.1 from the driver and libcudart.so.13)") from None
+        tvm_runtime.load_cuda_runtime()
+    except InfrastructureError as e:
+        raise LibraryError(str(e)) from None
 
 
 def check_device_code(manifest: Manifest) -> None:

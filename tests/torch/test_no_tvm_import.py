@@ -29,10 +29,15 @@ RUN = textwrap.dedent("""
 """)
 
 NO_RUNTIME = textwrap.dedent("""
-    import sys
+    import importlib.abc, sys
+
+    class NoTVM(importlib.abc.MetaPathFinder):   # as if only tvm_ffi were installed
+        def find_spec(self, name, path=None, target=None):
+            if name == "tvm" or name.startswith("tvm."):
+                raise ModuleNotFoundError(name)
+
+    sys.meta_path.insert(0, NoTVM())
     import autosched.torch
-    from autosched.torch import loader
-    loader._tvm_lib_dir = lambda: None   # as if only tvm_ffi were installed
     try:
         autosched.torch.load_library(sys.argv[1])
     except autosched.torch.LibraryError as e:
