@@ -31,7 +31,7 @@ from ..errors import InfrastructureError, UserError
 from ..target import cpu_fingerprint, local_gpu
 from ..versions import AUTOSCHED_VERSION, tvm_ffi_version
 from .bundle_format import (BundleError, BundleLock, one_machine, pending, read_results,
-                            require_bundle, result_path, write_json)
+                            remove_partial, require_bundle, result_path, write_json)
 from .result import MeasureResult
 from .worker import WorkerDied, WorkerProcess
 
@@ -84,7 +84,8 @@ class _RoundRunner:
                 "reference": os.path.abspath(os.path.join(self.directory, task["reference"])),
                 "device": self.manifest["device"], "warmup": s["warmup"], "number": s["number"],
                 "repeat": s["repeat"], "min_repeat_ms": s["min_repeat_ms"],
-                "check": s["check_correctness"]}
+                "check": s["check_correctness"], "flush_l2": s.get("flush_l2", True),
+                "stream": s.get("stream", "runner")}
 
     def _run(self, request: dict) -> MeasureResult:
         worker = self._ready_worker()
@@ -102,6 +103,9 @@ class _RoundRunner:
         if reply.get("ok"):
             return MeasureResult(tuple(float(x) for x in reply["latencies"]),
                                  run_seconds=seconds)
+        if reply.get("infrastructure"):  # this machine cannot run anything
+            self.close()
+            raise InfrastructureError(reply["cause"], reply["remedy"])
         if "kind" not in reply:  # escaped run_job's own checks: this machine, not the kernel
             self.close()
             raise InfrastructureError(f"the run worker failed: {reply.get('error', '?')}",
@@ -147,6 +151,7 @@ def measure_bundle(directory: str, out=sys.stdout) -> int:
     manifest = require_bundle(directory)
     check_runtime(manifest, directory)
     with BundleLock(directory):
+        remove_partial(directory)  # a result whose writer was killed: measured again
         todo = pending(directory, manifest)
         if not todo:
             print(f"bundle {directory}: nothing to measure: all {len(manifest['candidates'])} "

@@ -134,6 +134,19 @@ def _describe(result: dict) -> str:
     return f"{hw.get('name') or hw.get('model')} on {result.get('host', '?')}"
 
 
+def remove_partial(directory: str) -> None:
+    """Delete the private files of writes that were killed before their rename (called
+    under the lock, so no write of another process is in flight)."""
+    for folder in (directory, os.path.join(directory, RESULTS)):
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            continue
+        for name in names:
+            if name.startswith(_TMP) and name.endswith(".json"):
+                _unlink(os.path.join(folder, name))
+
+
 class BundleLock:
     """DIR/.lock, held while one tuner or measurer works on a bundle; a second process
     is refused (BundleError) instead of waiting behind a measurement of hours."""

@@ -27,7 +27,7 @@ from ..target import TargetSpec
 from .base import BuildArtifact
 from .bundle_format import (FORMAT, LIB, MANIFEST, REFERENCE, RESULTS, BundleError,
                             BundleLock, one_machine, pending, read_json, read_manifest,
-                            read_results, write_json)
+                            read_results, remove_partial, write_json)
 from .factory import BuildRunMeasurer
 from .local_runner import DEVICES
 from .reference import ensure_reference
@@ -63,6 +63,7 @@ class BundleRunner:
         self._tasks: dict[str, object] = {}
         self._lock = BundleLock(directory).acquire()
         try:
+            remove_partial(directory)
             self.manifest = read_manifest(directory)
             self.results = read_results(directory)
             self._pending = pending(directory, self.manifest) if self.manifest else []

@@ -1,0 +1,303 @@
+"""`--runner bundle:DIR` end to end on the CPU, through real processes: `autosched tune`
+builds a round into DIR, `python -m autosched.measure.bundle DIR` measures it in a
+process where the TVM compiler cannot be imported, a rerun of the same tune command
+records the results (like the local runner's records) and builds the next round."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autosched.components import parse_runner, runner_factory
+from autosched.db import open_database
+from autosched.errors import UserError
+from autosched.measure import MeasureSettings
+from autosched.measure.bundle_format import BundleError, one_machine, read_results
+
+ROOT = Path(__file__).resolve().parents[2]
+MATMUL = str(ROOT / "examples" / "matmul.py")
+SHAPE = ["--arg", "M=32", "--arg", "N=32", "--arg", "K=32"]
+ROUND = 6        # candidates a round (--batch-size)
+TRIALS = 2 * ROUND
+# min_repeat_ms makes each candidate take a few tenths of a second to measure, so the
+# kill test can stop a measurement between two results
+SETTINGS = MeasureSettings(min_repeat_ms=40, run_timeout=30.0, build_timeout=60.0)
+
+# Installed with sitecustomize in the measuring processes (and, through PYTHONPATH,
+# their run workers): importing `tvm` or any of its modules fails. `find_spec` still
+# answers, so code may locate TVM's runtime libraries without importing the package.
+NO_COMPILER = '''
+import importlib.abc, importlib.machinery, sys
+
+class _Refuse(importlib.abc.Loader):
+    def __init__(self, name):
+        self.name = name
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        raise ImportError(f"{self.name}: the TVM compiler is not importable here")
+
+class _NoCompiler(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "tvm" and not name.startswith("tvm."):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None:
+            spec.loader = _Refuse(name)
+        return spec
+
+sys.meta_path.insert(0, _NoCompiler())
+'''
+
+
+def tune(bundle, work, *extra, shape=SHAPE):
+    """`autosched tune` of the 32^3 matmul with `--runner bundle:DIR`."""
+    args = [sys.executable, "-m", "autosched", "tune", MATMUL, *shape, "--target", "llvm",
+            "--trials", str(TRIALS), "--batch-size", str(ROUND), "--strategy", "random",
+            "--runner", f"bundle:{bundle}", "--work-dir", str(work),
+            "--db", f"sqlite:///{work}/tune.db",
+            "--min-repeat-ms", str(SETTINGS.min_repeat_ms),
+            "--run-timeout", str(SETTINGS.run_timeout), *extra]
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def measure_env(tmp_path) -> dict:
+    block = tmp_path / "no-compiler"
+    block.mkdir(exist_ok=True)
+    (block / "sitecustomize.py").write_text(NO_COMPILER)
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(block), str(ROOT)]))
+
+
+def measure_cmd(bundle) -> list[str]:
+    return [sys.executable, "-m", "autosched.measure.bundle", str(bundle)]
+
+
+def measure(bundle, tmp_path):
+    return subprocess.run(measure_cmd(bundle), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=measure_env(tmp_path))
+
+
+def last_line(text: str) -> str:
+    return text.strip().splitlines()[-1]
+
+
+def records(db_url: str):
+    db = open_database(db_url)
+    try:
+        return db.records()
+    finally:
+        db.close()
+
+
+@pytest.fixture(scope="module")
+def round_one(tmp_path_factory):
+    """A bundle whose first round (ROUND candidates) is built and not measured."""
+    base = tmp_path_factory.mktemp("bundle")
+    proc = tune(base / "b", base / "work")
+    assert proc.returncode == 0, proc.stderr
+    return base / "b", base / "work"
+
+
+@pytest.fixture
+def bundle(round_one, tmp_path):
+    """A private copy of `round_one` and its work dir (reference data, no records)."""
+    src, work = round_one
+    shutil.copytree(src, tmp_path / "b")
+    shutil.copytree(work / "reference", tmp_path / "work" / "reference")
+    return tmp_path / "b", tmp_path / "work"
+
+
+def test_runner_names_and_bad_directories(tmp_path):
+    assert parse_runner("bundle:/data/round") == ("bundle", "/data/round")
+    assert parse_runner("bundle:") == ("bundle", "")
+    make = runner_factory
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "notes.txt").write_text("x")
+    for name, message in [("bundle:", "needs a directory"),
+                          (f"bundle:{tmp_path / 'file'}", "not a directory"),
+                          (f"bundle:{tmp_path / 'home'}",
+                           "neither empty nor a bundle (it holds 'notes.txt')")]:
+        with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            make(name)(MeasureSettings(), str(tmp_path / "w"), str(tmp_path / "s"))
+    assert sorted(os.listdir(tmp_path / "home")) == ["notes.txt"]  # nothing written there
+
+
+def test_results_from_two_machines_are_refused():
+    a = {"id": "r1-0000", "hardware": {"device": "cpu", "model": "A"}, "host": "h1"}
+    b = {"id": "r1-0001", "hardware": {"device": "cpu", "model": "B"}, "host": "h2"}
+    assert one_machine([a, dict(a, id="r1-0002")], "d") == a["hardware"]
+    assert one_machine([], "d") is None
+    with pytest.raises(BundleError, match="r1-0000 and r1-0001 were measured on different "
+                                          "machines"):
+        one_machine([a, b], "d")
+
+
+def test_measuring_what_is_not_a_bundle_exits_2(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "manifest.json").write_text("{not json")
+    cases = {"missing": "no such bundle directory", "empty": "not a bundle (no manifest.json)",
+             "broken": "manifest.json is not a bundle manifest"}
+    for name, message in cases.items():
+        proc = measure(tmp_path / name, tmp_path)
+        assert proc.returncode == 2, (name, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_round_trip_records_like_the_local_runner_and_builds_the_next_round(bundle, tmp_path,
+                                                                            target):
+    directory, work = bundle
+    db_url = f"sqlite:///{work}/tune.db"
+    first = json.loads((directory / "manifest.json").read_text())
+    assert (first["round"], first["spent"], len(first["candidates"])) == (1, ROUND, ROUND)
+    assert first["settings"] == SETTINGS.to_json()
+
+    proc = measure(directory, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert last_line(proc.stdout) == (f"bundle {directory}: measured {ROUND} candidates "
+                                      f"({ROUND} correct) on this machine; rerun the tune "
+                                      "command to record them")
+    results = read_results(str(directory))
+    assert sorted(results) == [f"r1-{i:04d}" for i in range(ROUND)]
+    assert all(r["hardware"] == target.fingerprint for r in results.values())
+    again = measure(directory, tmp_path)
+    assert again.returncode == 0
+    assert last_line(again.stdout) == (f"bundle {directory}: nothing to measure: all {ROUND} "
+                                       "candidates of round 1 have results; rerun the tune "
+                                       "command to record them")
+
+    proc = tune(directory, work)
+    assert proc.returncode == 0, proc.stderr
+    assert f"autosched: round 2 written to {directory}: {ROUND} candidates of 1 task(s)" \
+        in proc.stdout
+    recorded = records(db_url)
+    assert len(recorded) == ROUND
+    by_key = {r.candidate_key: r for r in recorded}
+    for r in results.values():
+        rec = by_key[r["candidate_key"]]
+        assert rec.result.to_json() == r["result"] and rec.hardware == target.fingerprint
+        assert rec.provenance["host"] == r["host"] and rec.provenance["time"] == r["time"]
+    _assert_like_local_records(recorded, tmp_path, target)
+
+    second = json.loads((directory / "manifest.json").read_text())
+    assert (second["round"], second["spent"], len(second["candidates"])) == (2, TRIALS, ROUND)
+    assert not {c["candidate_key"] for c in second["candidates"]} & set(by_key)
+    assert sorted(os.listdir(directory / "lib")) == [f"r2-{i:04d}.so" for i in range(ROUND)]
+
+    assert measure(directory, tmp_path).returncode == 0
+    proc = tune(directory, work)
+    assert proc.returncode == 0, proc.stderr
+    assert last_line(proc.stdout) == (f"autosched: bundle {directory}: all {TRIALS} trials "
+                                      "measured and recorded; nothing left to build")
+    keys = [r.candidate_key for r in records(db_url)]
+    assert len(keys) == TRIALS and len(set(keys)) == TRIALS
+
+
+def _assert_like_local_records(bundled, tmp_path, target):
+    """A local run with the same settings makes records with the same fields, settings,
+    versions, target and machine as the bundle's."""
+    from autosched import tune as tune_api
+    from autosched.config import TuneConfig
+
+    url = f"sqlite:///{tmp_path}/local.db"
+    config = TuneConfig(trials=1, db_url=url, work_dir=str(tmp_path / "local"),
+                        strategy="random", measure=SETTINGS)
+    tune_api(MATMUL, args=["M=32", "N=32", "K=32"], config=config)
+    (local,) = records(url)
+    theirs = next(r for r in bundled if r.candidate_key == local.candidate_key)  # default
+    assert set(theirs.to_json()) == set(local.to_json())
+    assert set(theirs.provenance) == set(local.provenance)
+    assert theirs.provenance["settings"] == local.provenance["settings"]
+    for field in ("task_key", "target_key", "hardware", "hardware_key", "versions",
+                  "candidate"):
+        assert getattr(theirs, field) == getattr(local, field), field
+    assert local.hardware == target.fingerprint
+    assert len(theirs.result.latencies) == len(local.result.latencies) == SETTINGS.repeat
+    assert theirs.result.build_seconds > 0 and theirs.result.run_seconds > 0
+
+
+@pytest.mark.slow
+def test_a_killed_measurement_resumes_and_nothing_is_recorded_twice(bundle, tmp_path):
+    directory, work = bundle
+    proc = subprocess.Popen(measure_cmd(directory), cwd=tmp_path, env=measure_env(tmp_path),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while len(read_results(str(directory))) < 2 and proc.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = {cid: (directory / "results" / f"{cid}.json").read_bytes()
+              for cid in read_results(str(directory))}
+    assert 2 <= len(before) < ROUND, proc.stderr.read()
+    proc.stderr.close()
+
+    resumed = measure(directory, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"measured {ROUND - len(before)} candidates" in last_line(resumed.stdout)
+    after = read_results(str(directory))
+    assert sorted(after) == [f"r1-{i:04d}" for i in range(ROUND)]
+    assert all((directory / "results" / f"{c}.json").read_bytes() == b
+               for c, b in before.items())  # kept, not measured again
+    assert all(r["result"]["error_kind"] is None for r in after.values())
+
+    proc = tune(directory, work)
+    assert proc.returncode == 0, proc.stderr
+    keys = [r.candidate_key for r in records(f"sqlite:///{work}/tune.db")]
+    assert sorted(keys) == sorted(r["candidate_key"] for r in after.values())
+
+
+@pytest.mark.slow
+def test_a_bundle_of_another_task_target_or_version_is_refused(bundle, tmp_path):
+    directory, work = bundle
+    other_task = tune(directory, work, shape=["--arg", "M=16", "--arg", "N=32", "--arg",
+                                              "K=32"])
+    assert other_task.returncode == 2
+    assert other_task.stderr == (f"autosched: error: bundle {directory} holds other tasks "
+                                 "(matmul(M=32,N=32,K=32,dtype=float32)) than this command "
+                                 "(matmul(M=16,N=32,K=32,dtype=float32)); give these tasks "
+                                 "their own bundle directory\n")
+    other_target = tune(directory, work, "--target", '{"kind": "llvm", "mcpu": "generic"}')
+    assert other_target.returncode == 2 and "was built for target" in other_target.stderr
+
+    path = directory / "manifest.json"
+    original = path.read_text()
+    manifest = json.loads(original)
+    manifest["versions"]["space"] = "0"
+    path.write_text(json.dumps(manifest))
+    old_space = tune(directory, work)
+    assert old_space.returncode == 2
+    assert "was built with space version 0, this is" in old_space.stderr
+    assert old_space.stderr.count("\n") == 1
+
+    manifest["versions"]["autosched"] = "0.0.0"
+    path.write_text(json.dumps(manifest))
+    proc = measure(directory, tmp_path)
+    assert proc.returncode == 2
+    assert "was built with autosched 0.0.0, this machine has" in proc.stderr
+    assert not read_results(str(directory))  # nothing measured
+    assert not os.path.exists(f"{work}/tune.db") or not records(f"sqlite:///{work}/tune.db")
+
+
+def test_results_from_another_machine_stop_the_measurement(bundle, tmp_path):
+    directory, _ = bundle
+    manifest = json.loads((directory / "manifest.json").read_text())
+    entry = manifest["candidates"][0]
+    foreign = {"id": entry["id"], "task_key": entry["task_key"], "candidate": entry["candidate"],
+               "result": {"latencies": [1e-6]}, "host": "elsewhere",
+               "hardware": {"device": "cpu", "model": "Another CPU"}}
+    (directory / "results" / f"{entry['id']}.json").write_text(json.dumps(foreign))
+    proc = measure(directory, tmp_path)
+    assert proc.returncode == 2
+    assert "has results from another machine" in proc.stderr
+    assert sorted(read_results(str(directory))) == [entry["id"]]
