@@ -321,6 +321,11 @@ def _measure(st: TaskState, proposals, target, measurer) -> list[MeasureResult]:
         else:
             results.append(None)
             inputs.append(MeasureInput(st.task, target, cand, mod, _baseline(st)))
+    # A bundle's round holds its limit-check failures too: every result of a round is
+    # recorded with the fingerprint of the machine that measured the round.
+    if isinstance(measurer, BundleMeasurer):
+        measurer.defer(inputs, [(st.task, c, r) for (c, _), r in zip(proposals, results)
+                                if r is not None])
     measured = iter(measurer.measure(inputs) if inputs else [])
     return [r if r is not None else next(measured) for r in results]
 

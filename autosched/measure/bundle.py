@@ -70,8 +70,8 @@ class _RoundRunner:
 
     def measure(self, entry: dict) -> MeasureResult:
         """The candidate's result; InfrastructureError when it is not the candidate's."""
-        if entry["lib"] is None:
-            return MeasureResult.from_json(entry["build"])
+        if entry["lib"] is None:  # failed to build or to fit the target's limits
+            return MeasureResult.from_json(entry["known"])
         result = self._run(self._request(entry))
         if not result.ok:
             self.close()  # a failed kernel may leave its process unusable (CUDA)

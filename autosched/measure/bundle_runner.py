@@ -137,25 +137,31 @@ class BundleRunner:
 
     # ------------------------------------------------------------ the next round
 
-    def run(self, inputs: list[MeasureInput],
-            artifacts: list[BuildArtifact]) -> list[MeasureResult]:
-        """Put the batch (built libraries and build failures) into the next round;
-        raises RoundPending: nothing is measured here."""
-        number = (self.manifest["round"] if self.manifest else 0) + 1
+    def run(self, inputs: list[MeasureInput], artifacts: list[BuildArtifact],
+            known=()) -> list[MeasureResult]:
+        """Put a batch into the next round: built libraries, build failures, and the
+        `known` results of candidates that were never built ((task, candidate, result):
+        limit-check failures). Raises RoundPending: nothing is measured here."""
         for inp, art in zip(inputs, artifacts, strict=True):
-            cid = f"r{number}-{len(self._staged):04d}"
-            self._add_reference(inp.task)
-            lib = None
+            cid = self._stage(inp.task, inp.candidate, None if art.ok else art.failure(),
+                              art.build_seconds)
             if art.ok:
-                lib = f"{LIB}/{cid}.so"
-                shutil.move(art.path, os.path.join(self.directory, lib))
-            self._staged.append({
-                "id": cid, "task_key": inp.task.key, "task": inp.task.name,
-                "candidate": inp.candidate.to_json(), "candidate_key": inp.candidate.key,
-                "lib": lib, "build": None if art.ok else art.failure().to_json(),
-                "build_seconds": art.build_seconds})
-        raise RoundPending(f"{len(inputs)} candidates of {inputs[0].task.name} wait in "
-                           f"{self.directory}" if inputs else "nothing to add")
+                self._staged[-1]["lib"] = f"{LIB}/{cid}.so"
+                shutil.move(art.path, os.path.join(self.directory, LIB, f"{cid}.so"))
+        for task, candidate, result in known:
+            self._stage(task, candidate, result, 0.0)
+        raise RoundPending(f"{len(inputs) + len(known)} candidates wait in {self.directory}")
+
+    def _stage(self, task, candidate, known: MeasureResult | None, build_seconds: float) -> str:
+        number = (self.manifest["round"] if self.manifest else 0) + 1
+        cid = f"r{number}-{len(self._staged):04d}"
+        self._add_reference(task)
+        self._staged.append({
+            "id": cid, "task_key": task.key, "task": task.name,
+            "candidate": candidate.to_json(), "candidate_key": candidate.key, "lib": None,
+            "known": None if known is None else known.to_json(),
+            "build_seconds": build_seconds})
+        return cid
 
     def _add_reference(self, task) -> None:
         if task.key in self._tasks:
@@ -249,9 +255,14 @@ class BundleMeasurer(BuildRunMeasurer):
 
     def measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
         """Build every input and hand all artifacts to the bundle (RoundPending)."""
-        artifacts = self.builder.build(inputs)
+        return self.defer(inputs, [])
+
+    def defer(self, inputs: list[MeasureInput], known) -> list[MeasureResult]:
+        """Build `inputs` and put them, and the `known` results of a batch's other
+        candidates ((task, candidate, result)), into the next round: RoundPending."""
+        artifacts = self.builder.build(inputs) if inputs else []
         try:
-            return self.runner.run(inputs, artifacts)
+            return self.runner.run(inputs, artifacts, known)
         finally:
             for a in artifacts:
                 if a.ok and os.path.exists(a.path):

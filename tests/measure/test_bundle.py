@@ -301,3 +301,58 @@ def test_results_from_another_machine_stop_the_measurement(bundle, tmp_path):
     assert proc.returncode == 2
     assert "has results from another machine" in proc.stderr
     assert sorted(read_results(str(directory))) == [entry["id"]]
+
+
+class _NoVectorRules:
+    """The tiny space's rules on a target that refuses vector loops: a limit-check
+    failure the loop finds before anything is built."""
+
+    def __init__(self):
+        from support import tiny_space
+
+        self.rules = tiny_space.TinyRules()
+
+    def sketches(self, task, target):
+        return self.rules.sketches(task, target)
+
+    def check(self, mod, target):
+        return "vector loops are refused here" if "T.vectorized" in mod.script() else None
+
+
+def _no_vector_space(task, target):
+    from search_space import SearchSpace
+
+    return SearchSpace(task, target, _NoVectorRules())
+
+
+@pytest.mark.slow
+def test_limit_check_failures_wait_in_the_round_and_carry_the_measuring_machine(tmp_path,
+                                                                                target):
+    from autosched.config import TuneConfig
+    from autosched.tuner import tune_tasks
+    from autosched.workload import load_tasks
+    from support import tiny_space
+
+    directory, url = tmp_path / "b", f"sqlite:///{tmp_path}/t.db"
+    config = TuneConfig(trials=8, batch_size=8, runner=f"bundle:{directory}",
+                        strategy="random", db_url=url, work_dir=str(tmp_path / "w"),
+                        measure=MeasureSettings(number=2, repeat=3, min_repeat_ms=0))
+    tasks = load_tasks(MATMUL, None, [f"{k}={v}" for k, v in tiny_space.SHAPE.items()])
+    first = tune_tasks(tasks, config, space_factory=_no_vector_space)
+    assert first.bundle.startswith(f"round 1 written to {directory}: 8 candidates")
+    assert not records(url)  # nothing is recorded before the round's machine measured it
+    entries = json.loads((directory / "manifest.json").read_text())["candidates"]
+    refused = [e for e in entries if e["candidate"]["decisions"].get("vectorize") == 1]
+    assert refused and len(refused) < len(entries)
+    assert all(e["lib"] is None and e["known"]["error_kind"] == "invalid" for e in refused)
+    assert all(e["lib"] and e["known"] is None for e in entries if e not in refused)
+
+    assert measure(directory, tmp_path).returncode == 0
+    second = tune_tasks(tasks, config, space_factory=_no_vector_space)
+    assert second.bundle == (f"bundle {directory}: all 8 trials measured and recorded; "
+                             "nothing left to build")
+    recorded = records(url)
+    assert len(recorded) == 8 and {r.hardware_key for r in recorded} == {target.hardware_key}
+    assert sorted(r.candidate_key for r in recorded if r.result.error_kind == "invalid") == \
+        sorted(e["candidate_key"] for e in refused)
+    assert second.tasks[0].trials == 8 and second.tasks[0].failures["invalid"] == len(refused)
