@@ -4,26 +4,38 @@ One long-lived run worker (see `worker.py`) loads each `.so`, runs it on the tas
 reference inputs (outputs prefilled with NaN / the integer maximum so unwritten
 elements show), compares every output with the reference (`check.compare`), checks
 that no input was overwritten, and only then times the kernel with TVM's
-`time_evaluator`. Candidates run strictly one after another: timing wants a quiet
+`time_evaluator` (on CUDA: events on the worker's own stream, L2 flushed; see
+`cuda_timing`). Candidates run strictly one after another: timing wants a quiet
 machine. A candidate past `settings.run_timeout` has its worker killed (`run_timeout`);
-a worker that dies (a wild store, SIGSEGV) gives `run_error` with the signal. Either way
-the next candidate gets a fresh worker, whose start-up does not count against it.
+a worker that dies (a wild store, SIGSEGV) gives `run_error` with the signal; a CUDA
+error (an illegal address, a launch failure) leaves the worker's CUDA context unusable,
+so it is that candidate's `run_error` and the worker is replaced. Either way the next
+candidate gets a fresh worker, whose start-up does not count against it.
+
+A machine that cannot run anything (no TVM runtime, no CUDA driver, runtime or device)
+is not a candidate's failure: `run` raises `InfrastructureError` and records nothing.
 """
 from __future__ import annotations
 
 import os
 import time
 
+from ..errors import InfrastructureError
 from ..target import TargetSpec
 from .base import BuildArtifact
 from .reference import Reference, ensure_reference
 from .result import MeasureResult
+from .run_job import TEST_FAULT_KEY
 from .settings import MeasureInput, MeasureSettings
 from .worker import WorkerDied, WorkerProcess
 
 DEVICES = {"llvm": "cpu", "cuda": "cuda"}  # target kind -> TVM device type
 # A worker keeps every library it loaded mapped; start a fresh one now and then.
 RUNS_PER_WORKER = 500
+# Test-only fault injection: an IRModule attribute whose value the run worker receives
+# as `run_job.TEST_FAULT_KEY` (e.g. "cuda_error:700:cudaErrorIllegalAddress:an illegal
+# memory access was encountered"). Search spaces never set it.
+TEST_RUN_FAULT_ATTR = "autosched.test_only.run_fault"
 
 
 class LocalRunner:
@@ -74,9 +86,14 @@ class LocalRunner:
 
     def _request(self, ref: Reference, inp: MeasureInput, art: BuildArtifact) -> dict:
         s = self.settings
-        return {"lib": art.path, "reference": ref.directory, "device": DEVICES[inp.target.kind],
-                "warmup": s.warmup, "number": s.number, "repeat": s.repeat,
-                "min_repeat_ms": s.min_repeat_ms, "check": s.check_correctness}
+        request = {"lib": art.path, "reference": ref.directory,
+                   "device": DEVICES[inp.target.kind], "warmup": s.warmup, "number": s.number,
+                   "repeat": s.repeat, "min_repeat_ms": s.min_repeat_ms,
+                   "check": s.check_correctness, "flush_l2": s.flush_l2, "stream": s.stream}
+        attrs = inp.mod.attrs if inp.mod is not None else None
+        if attrs is not None and TEST_RUN_FAULT_ATTR in attrs:
+            request[TEST_FAULT_KEY] = str(attrs[TEST_RUN_FAULT_ATTR])
+        return request
 
     def _run_one(self, ref: Reference, inp: MeasureInput, art: BuildArtifact) -> MeasureResult:
         request = self._request(ref, inp, art)
@@ -100,6 +117,11 @@ class LocalRunner:
                 "worker killed", run_seconds=seconds)
         if reply.get("ok"):
             return MeasureResult(tuple(float(x) for x in reply["latencies"]), run_seconds=seconds)
+        if reply.get("infrastructure"):
+            self._drop_worker()
+            raise InfrastructureError(reply["cause"], reply["remedy"])
+        if reply.get("restart"):  # a CUDA error: this worker's context is unusable
+            self._replace_worker()
         return MeasureResult.failure(reply.get("kind", "run_error"), reply.get("error", "?"),
                                      run_seconds=seconds)
 

@@ -114,7 +114,8 @@ def _measure(request: dict, reference: tuple, progress: dict) -> dict:
     dev.sync()
     if request["check"]:
         progress["phase"] = "check"
-        msg = check_outputs(specs, inputs, args, outs, expected, tols)
+        msg = check_outputs(specs, inputs, [a.numpy() for a in args],
+                            [o.numpy() for o in outs], expected, tols)
         if msg:
             return dict(failure_reply("wrong_answer", msg), hardware=progress["hardware"])
     progress["phase"] = "time"

@@ -2,17 +2,51 @@
 run it on the task's reference inputs, check every output (and that no input was
 overwritten) with the comparison rule of `check.compare`, then time it.
 
+It needs only `tvm_ffi`, TVM's runtime libraries (`autosched.tvm_runtime`) and numpy,
+never the TVM compiler: a GPU machine without TVM's compiler (a bundle measurer) calls
+`run_job` in its own process. On the CPU it times with the runtime's `time_evaluator`
+(`runtime.RPCTimeEvaluator`); on CUDA with `cuda_timing` (events on the worker's own
+stream, L2 flushed before each timed call).
+
+The request (a JSON dict): `lib`, `reference` (a reference directory), `device` ("cpu"
+or "cuda"), `warmup`, `number`, `repeat`, `min_repeat_ms`, `check`; optional `flush_l2`
+(default true) and `stream` ("runner", the default, or "default"), which only CUDA uses.
+The reply is one of:
+
+- ``{"ok": true, "latencies": [...]}``: seconds per call, one per repeat; on CUDA also
+  ``"number"``, the calls per repeat after growing to `min_repeat_ms`;
+- ``{"ok": false, "kind": ..., "error": ...}``: the candidate's failure (`run_error`,
+  `wrong_answer`); with ``"restart": true`` when it was a CUDA error, which leaves the
+  process's CUDA context unusable: the caller must not run anything else in this process;
+- ``{"ok": false, "infrastructure": true, "cause": ..., "remedy": ...}``: the machine
+  cannot run anything (no TVM runtime, no CUDA driver or runtime, no device); nothing
+  about the candidate is known.
+
 The RPC session worker (`rpc_session.py`) uses the same reference loading and output
 check on the data it copies back from a server, so both runners judge alike.
 """
 from __future__ import annotations
 
 import os
+import struct
+
+from ..errors import InfrastructureError
 
 # (reference directory, meta.json mtime) -> (specs, inputs, expected, tolerances):
 # consecutive candidates of one task reuse the arrays; a rewritten reference is reread.
 _LOADED: dict[tuple[str, int], tuple] = {}
 _LOADED_MAX = 4
+# (stream, flush_l2) -> CudaTimer: one stream and flush buffer per process and setting
+_TIMERS: dict[tuple[str, bool], object] = {}
+
+# Test-only fault injection: a request key read after the warm-up. "cuda_error:<code>:
+# <name>:<text>" raises the CUDA error a faulting kernel would (e.g. "cuda_error:700:
+# cudaErrorIllegalAddress:an illegal memory access was encountered"), so the handling of
+# a poisoned context can be tested without a GPU. Runners set it only from
+# `local_runner.TEST_RUN_FAULT_ATTR`; search spaces never do.
+TEST_FAULT_KEY = "test_fault"
+STICKY_NOTE = ("a CUDA error leaves the process's CUDA context unusable, so the run worker "
+               "is replaced")
 
 
 def load_reference_arrays(directory: str) -> tuple:
@@ -36,47 +70,155 @@ def failure_reply(kind: str, msg: str) -> dict:
     return {"ok": False, "kind": kind, "error": msg}
 
 
+def infrastructure_reply(e: InfrastructureError) -> dict:
+    """The reply for a machine that cannot run any candidate."""
+    return {"ok": False, "infrastructure": True, "cause": e.cause, "remedy": e.remedy}
+
+
 def check_outputs(specs, inputs, args, outs, expected, tols) -> str | None:
-    """None when every output matches and no input changed, else what went wrong."""
+    """None when every output matches and no input changed, else what went wrong.
+    `args` and `outs` are the kernel's inputs and outputs copied back as numpy arrays."""
     from .check import compare
 
     for spec, out, exp, tol in zip(specs[1], outs, expected, tols):
-        msg = compare(spec.name, out.numpy(), exp, tol)
+        msg = compare(spec.name, out, exp, tol)
         if msg:
             return msg
     for spec, original, arg in zip(specs[0], inputs, args):
-        if arg.numpy().tobytes() != original.tobytes():
+        if arg.tobytes() != original.tobytes():
             return f"input {spec.name} was modified by the kernel"
     return None
 
 
-def run_job(request: dict) -> dict:
-    """In the run worker: load, run, check against the reference, time."""
-    import tvm
+def open_device(kind: str):
+    """Device 0 of `kind` ("cpu" or "cuda") with its runtime loaded; InfrastructureError
+    when this machine cannot run kernels on it."""
+    from .. import tvm_runtime
+    from .device_arrays import device, device_exists
 
-    from .reference import poison
+    tvm_runtime.load_for(kind)
+    dev = device(kind, 0)
+    if not device_exists(dev):
+        raise InfrastructureError(f"no {kind} device is visible here: {_why_no_device()}",
+                                  "run on a machine with an NVIDIA GPU and its driver (check "
+                                  "nvidia-smi and CUDA_VISIBLE_DEVICES), then rerun")
+    return dev
+
+
+def _why_no_device() -> str:
+    """The CUDA runtime's own answer to "how many devices?" (one line)."""
+    from .cudart import CudaError, Cudart
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+    try:
+        return f"the CUDA runtime counts {Cudart().device_count()} devices{where}"
+    except CudaError as e:
+        return f"{e}{where}"
+    except OSError as e:
+        return f"the CUDA runtime cannot be opened: {e}"
+
+
+def _cuda_timer(request: dict):
+    from .cuda_timing import CudaTimer
+
+    key = (request.get("stream", "runner"), bool(request.get("flush_l2", True)))
+    if key not in _TIMERS:
+        _TIMERS[key] = CudaTimer(0, stream=key[0], flush_l2=key[1])
+    return _TIMERS[key]
+
+
+def _drop_timers() -> None:
+    for timer in _TIMERS.values():
+        timer.close()
+    _TIMERS.clear()
+
+
+def _inject_fault(spec: str) -> None:
+    from .cudart import CudaError
+
+    kind, _, rest = spec.partition(":")
+    if kind != "cuda_error":
+        raise ValueError(f"unknown test fault {spec!r}")
+    code, name, text = rest.split(":", 2)
+    raise CudaError("cudaStreamSynchronize (injected)", int(code), name, text)
+
+
+def _run_failure(kind: str, e: Exception) -> dict:
+    """A candidate's run_error; sticky (restart) for any error of a CUDA run."""
+    from .cudart import CudaError
     from .worker import error_text
 
+    if kind != "cuda" and not isinstance(e, CudaError):
+        return failure_reply("run_error", error_text(e))
+    _drop_timers()
+    return dict(failure_reply("run_error", f"{error_text(e)}; {STICKY_NOTE}"), restart=True)
+
+
+def _time_cpu(lib, dev, call_args, request: dict) -> list[float]:
+    import tvm_ffi
+
+    repeat = max(1, request["repeat"])
+    evaluator = tvm_ffi.get_global_func("runtime.RPCTimeEvaluator")(
+        lib, "main", dev.dlpack_device_type(), dev.index, request["number"], repeat,
+        request["min_repeat_ms"], 100, 0, 1, 0, "")
+    return list(struct.unpack("@" + "d" * repeat, evaluator(*call_args)))
+
+
+def _host(tensors, specs) -> list:
+    from .device_arrays import to_host
+    from .reference import np_dtype
+
+    return [to_host(t, s.shape, np_dtype(s.dtype)) for t, s in zip(tensors, specs)]
+
+
+def run_job(request: dict) -> dict:
+    """In the run worker (or any process with TVM's runtime): load, run, check against
+    the reference, time. See the module docstring for the request and the reply."""
+    kind = request["device"]
+    try:
+        dev = open_device(kind)
+    except InfrastructureError as e:
+        return infrastructure_reply(e)
     try:
         specs, inputs, expected, tols = load_reference_arrays(request["reference"])
-        dev = tvm.device(request["device"], 0)
-        lib = tvm.runtime.load_module(request["lib"])
-        args = [tvm.runtime.tensor(a, dev) for a in inputs]
-        outs = [tvm.runtime.tensor(poison(s), dev) for s in specs[1]]
-        for _ in range(max(1, request["warmup"])):
-            lib["main"](*args, *outs)
-        dev.sync()
     except Exception as e:
-        return failure_reply("run_error", error_text(e))
+        from .worker import error_text
+
+        return failure_reply("run_error", f"reference data: {error_text(e)}")
+    try:
+        return _measure(request, dev, (specs, inputs, expected, tols))
+    except Exception as e:
+        return _run_failure(kind, e)
+
+
+def _measure(request: dict, dev, reference: tuple) -> dict:
+    import tvm_ffi
+
+    from .device_arrays import sync, to_device
+    from .reference import poison
+
+    specs, inputs, expected, tols = reference
+    lib = tvm_ffi.load_module(request["lib"])
+    func = lib["main"]
+    args = [to_device(a, s.dtype, dev) for a, s in zip(inputs, specs[0])]
+    outs = [to_device(poison(s), s.dtype, dev) for s in specs[1]]
+    timer = _cuda_timer(request) if request["device"] == "cuda" else None
+    if timer is not None:
+        timer.warm_up(dev, lambda: func(*args, *outs), request["warmup"])
+    else:
+        for _ in range(max(1, request["warmup"])):
+            func(*args, *outs)
+        sync(dev)
+    if request.get(TEST_FAULT_KEY):
+        _inject_fault(request[TEST_FAULT_KEY])
     if request["check"]:
-        msg = check_outputs(specs, inputs, args, outs, expected, tols)
+        msg = check_outputs(specs, inputs, _host(args, specs[0]), _host(outs, specs[1]),
+                            expected, tols)
         if msg:
             return failure_reply("wrong_answer", msg)
-    try:
-        evaluator = lib.time_evaluator("main", dev, number=request["number"],
-                                       repeat=request["repeat"],
-                                       min_repeat_ms=request["min_repeat_ms"])
-        latencies = list(evaluator(*args, *outs).results)
-    except Exception as e:
-        return failure_reply("run_error", error_text(e))
-    return {"ok": True, "latencies": latencies}
+    if timer is None:
+        return {"ok": True, "latencies": _time_cpu(lib, dev, [*args, *outs], request)}
+    latencies, number = timer.measure(dev, lambda: func(*args, *outs), request["number"],
+                                      request["repeat"], request["min_repeat_ms"])
+    return {"ok": True, "latencies": latencies, "number": number}

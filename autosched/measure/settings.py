@@ -23,6 +23,16 @@ class MeasureSettings:
     run_timeout: float = 30.0
     build_workers: int = 2
     check_correctness: bool = True
+    # CUDA only (see cuda_timing): flush L2 before each timed call; the stream kernels
+    # run on ("runner": the run worker's own non-blocking stream; "default": stream 0)
+    flush_l2: bool = True
+    stream: str = "runner"
+
+    def __post_init__(self):
+        from .cuda_timing import STREAMS
+
+        if self.stream not in STREAMS:
+            raise ValueError(f"stream must be one of {', '.join(STREAMS)}, got {self.stream!r}")
 
     def to_json(self) -> dict:
         return asdict(self)
