@@ -101,7 +101,10 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
     `space_factory(task, target)` (default: our rules, `generate_space`) and
     `strategy_factory()`, called once a task (default: `config.strategy`, the learned
     strategies of a run sharing one cost model). With `config.dry_run` nothing is
-    measured and the database is not opened: `TuneResult.dry_run` holds the reports."""
+    measured and the database is not opened: `TuneResult.dry_run` holds the reports.
+    With a bundle (`--runner bundle:DIR`, see `measure/bundle_runner.py`) the results
+    measured into DIR are recorded first, then the next round is built into DIR within
+    what is left of `config.trials`: `TuneResult.bundle` says what to run next."""
     target = resolve_target(config.target)
     check_tasks(tasks, target)  # bad input stops here: nothing opened, nothing built
     if config.dry_run:
@@ -128,16 +131,8 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
         imported, learned = bundle.import_results(db, tasks, target, versions) \
             if bundle is not None else ([], {})
         known_tasks = db.tasks()
-        states = []
-        for task in tasks:
-            st = TaskState(task, space_factory(task, target), new_strategy(),
-                           db.measured_keys(task.key, target.key, target.hardware_key, versions))
-            _admit_retries(st, db, target, versions, config.retry_failures)
-            st.best_record = db.best(task.key, target.key, target.hardware_key, versions)
-            if st.best_record is not None:
-                st.best_latency = st.best_record.latency
-            _seed_strategy(st, db, target, versions, known_tasks)
-            states.append(st)
+        states = [_task_state(task, db, target, versions, config, space_factory,
+                              new_strategy, known_tasks) for task in tasks]
         warm = _warm_start(states, config, db, target, versions, known_tasks, space_factory)
         result = TuneResult(states, db.url, target, warm_start=warm)
         budget = config.trials if bundle is None else bundle.budget(config.trials)
@@ -160,6 +155,20 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
                 measurer.close()
         finally:
             db.close()
+
+
+def _task_state(task, db, target, versions, config: TuneConfig, space_factory,
+                new_strategy, known_tasks) -> TaskState:
+    """A task's state at the start of a run: what the database holds for it on this
+    target and machine, and a strategy seeded with its best records."""
+    st = TaskState(task, space_factory(task, target), new_strategy(),
+                   db.measured_keys(task.key, target.key, target.hardware_key, versions))
+    _admit_retries(st, db, target, versions, config.retry_failures)
+    st.best_record = db.best(task.key, target.key, target.hardware_key, versions)
+    if st.best_record is not None:
+        st.best_latency = st.best_record.latency
+    _seed_strategy(st, db, target, versions, known_tasks)
+    return st
 
 
 def default_strategies(config: TuneConfig) -> Callable[[], SearchStrategy]:
