@@ -286,6 +286,12 @@ def test_a_bundle_of_another_task_target_or_version_is_refused(bundle, tmp_path)
     assert proc.returncode == 2
     assert "was built with autosched 0.0.0, this machine has" in proc.stderr
     assert not read_results(str(directory))  # nothing measured
+
+    (tmp_path / "file").write_text("x")
+    not_a_dir = tune(tmp_path / "file", work)
+    assert not_a_dir.returncode == 2
+    assert not_a_dir.stderr == (f"autosched: error: --runner bundle:{tmp_path / 'file'}: "
+                                "not a directory\n")
     assert not os.path.exists(f"{work}/tune.db") or not records(f"sqlite:///{work}/tune.db")
 
 
