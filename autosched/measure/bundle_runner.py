@@ -204,7 +204,8 @@ class BundleRunner:
         self._remove_unlisted_libs()
         count = len(manifest["candidates"])
         return (f"round {manifest['round']} written to {d}: {count} candidates of "
-                f"{len({c['task_key'] for c in manifest['candidates']})} task(s); measure it "
+                f"{len({c['task_key'] for c in manifest['candidates']})} task(s), "
+                f"{_mib(d):.1f} MiB; measure it "
                 f"with `{measure_command(d)}` on the target machine, then rerun this command "
                 "to record the results and build the next round")
 
@@ -220,6 +221,14 @@ class BundleRunner:
     def close(self) -> None:
         """Release DIR (a round never finished leaves libraries the next run removes)."""
         self._lock.release()
+
+
+def _mib(directory: str) -> float:
+    """What a copy of the bundle carries, in MiB."""
+    total = 0
+    for root, _, files in os.walk(directory):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total / 2 ** 20
 
 
 def _prepare(directory: str) -> None:

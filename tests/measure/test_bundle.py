@@ -140,6 +140,16 @@ def test_results_from_two_machines_are_refused():
         one_machine([a, b], "d")
 
 
+def test_one_process_works_on_a_bundle_at_a_time(tmp_path):
+    from autosched.measure.bundle_format import BundleLock
+
+    with BundleLock(str(tmp_path)):
+        with pytest.raises(BundleError, match="another process is working on this bundle"):
+            BundleLock(str(tmp_path)).acquire()
+    with BundleLock(str(tmp_path)):  # released at the end of the block
+        pass
+
+
 def test_measuring_what_is_not_a_bundle_exits_2(tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "broken").mkdir()
@@ -178,7 +188,7 @@ def test_round_trip_records_like_the_local_runner_and_builds_the_next_round(bund
 
     proc = tune(directory, work)
     assert proc.returncode == 0, proc.stderr
-    assert f"autosched: round 2 written to {directory}: {ROUND} candidates of 1 task(s)" \
+    assert f"autosched: round 2 written to {directory}: {ROUND} candidates of 1 task(s), " \
         in proc.stdout
     recorded = records(db_url)
     assert len(recorded) == ROUND
