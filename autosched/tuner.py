@@ -128,7 +128,8 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
             return TuneResult([], db.url, target, stopped=str(e))
         for task in tasks:
             db.register_task(task.to_json())
-        imported, learned = bundle.import_results(db, tasks, target, versions) \
+        imported, learned = bundle.import_results(db, tasks, target, versions,
+                                                  config.retry_failures) \
             if bundle is not None else ([], {})
         known_tasks = db.tasks()
         states = [_task_state(task, db, target, versions, config, space_factory,

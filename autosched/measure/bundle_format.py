@@ -13,9 +13,10 @@ DIR/.lock                  held by the one process working on DIR
 The manifest names the format, the round, the tasks, the target, the versions the
 libraries were built with, the measurement settings, the trials of every round so far
 (`spent`) and each candidate: its id, task key, candidate JSON, library (None when it
-failed to build or to fit the target's limits: then `known` holds that failure). A result file names its candidate
-the same way, so results stay readable after later rounds replace the manifest. This
-module is plain data and files: the measuring side imports it without TVM.
+failed to build or to fit the target's limits: then `known` holds that failure). A
+result file names its candidate the same way, so results stay readable after later
+rounds replace the manifest. This module is plain data and files: the measuring side
+imports it without TVM.
 """
 from __future__ import annotations
 

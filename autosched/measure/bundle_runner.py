@@ -105,9 +105,10 @@ class BundleRunner:
             return 0
         return max(0, trials - (self.manifest["spent"] if self.manifest else 0))
 
-    def import_results(self, db, tasks, target: TargetSpec, versions: dict):
+    def import_results(self, db, tasks, target: TargetSpec, versions: dict, retry=()):
         """Record every result in DIR that the database lacks, with the measuring
-        machine's fingerprint (`target` is measured on it), in one transaction.
+        machine's fingerprint (`target` is measured on it), in one transaction; with
+        `retry` (`--retry-failures` kinds) a newer result replaces such a failure.
         Returns (records added, {task key: [(Candidate, MeasureResult)] of every
         result in DIR}) so the search learns from all of them."""
         from search_space import Candidate
@@ -115,25 +116,29 @@ class BundleRunner:
         from ..db import make_record
 
         by_key = {t.key: t for t in tasks}
-        seen = {k: db.measured_keys(k, target.key, target.hardware_key, versions)
-                for k in by_key}
         learned: dict[str, list] = {k: [] for k in by_key}
+        newest: dict[tuple[str, str], dict] = {}  # a candidate measured again: its last
+        for r in sorted(self.results.values(), key=lambda r: (r["round"], r["id"])):
+            if r["task_key"] in by_key:
+                newest[(r["task_key"], r["candidate_key"])] = r
         records = []
-        for r in self.results.values():
-            task = by_key.get(r["task_key"])
-            if task is None:
-                continue
-            cand, res = Candidate.from_json(r["candidate"]), MeasureResult.from_json(r["result"])
-            learned[task.key].append((cand, res))
-            if cand.key in seen[task.key]:
-                continue
-            seen[task.key].add(cand.key)
-            rec = make_record(task, target, cand, res, versions, r["settings"])
-            records.append(dataclasses.replace(rec, provenance=dict(
-                rec.provenance, host=r["host"], user=r["user"], time=r["time"])))
-        ids = db.add_records(records) if records else []
-        return [rec.with_id(i) if i is not None else rec for rec, i in zip(records, ids)], \
-            learned
+        for key, task in by_key.items():
+            scope = (key, target.key, target.hardware_key, versions)
+            seen = db.measured_keys(*scope) - {
+                f.candidate_key for f in (db.failed_records(*scope, retry) if retry else ())}
+            for (task_key, cand_key), r in newest.items():
+                if task_key != key:
+                    continue
+                cand = Candidate.from_json(r["candidate"])
+                res = MeasureResult.from_json(r["result"])
+                learned[key].append((cand, res))
+                if cand.key not in seen:
+                    rec = make_record(task, target, cand, res, versions, r["settings"])
+                    records.append(dataclasses.replace(rec, provenance=dict(
+                        rec.provenance, host=r["host"], user=r["user"], time=r["time"])))
+        ids = db.add_records(records, replace_failures=retry) if records else []
+        added = [rec.with_id(i) for rec, i in zip(records, ids) if i is not None]
+        return added, learned
 
     # ------------------------------------------------------------ the next round
 

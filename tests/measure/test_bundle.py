@@ -18,7 +18,7 @@ import pytest
 from autosched.components import parse_runner, runner_factory
 from autosched.db import open_database
 from autosched.errors import UserError
-from autosched.measure import MeasureSettings
+from autosched.measure import MeasureResult, MeasureSettings
 from autosched.measure.bundle_format import BundleError, one_machine, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -372,3 +372,57 @@ def test_limit_check_failures_wait_in_the_round_and_carry_the_measuring_machine(
     assert sorted(r.candidate_key for r in recorded if r.result.error_kind == "invalid") == \
         sorted(e["candidate_key"] for e in refused)
     assert second.tasks[0].trials == 8 and second.tasks[0].failures["invalid"] == len(refused)
+
+
+def test_import_records_each_result_once_and_a_retry_replaces_its_failure(tmp_path, target):
+    """Import alone, on result files as the measuring side writes them: a rerun adds
+    nothing; a newer result of a failed candidate is recorded only under
+    `--retry-failures`, and then replaces the failure."""
+    from autosched.measure.bundle_format import write_json
+    from autosched.measure.bundle_runner import BundleRunner
+    from autosched.versions import current_versions
+    from autosched.workload import load_tasks
+    from search_space import SPACE_VERSION, Candidate
+
+    (task,) = load_tasks(MATMUL, None, ["M=32", "N=32", "K=32"])
+    versions = current_versions(SPACE_VERSION)
+    directory = tmp_path / "b"
+    (directory / "results").mkdir(parents=True)
+    a, b = Candidate("default"), Candidate.make("split", {"i": [2, 16]})
+    manifest = {"format": 1, "round": 2, "spent": 3, "candidates": [], "target_key": target.key,
+                "tasks": {task.key: {"name": task.name}}, "versions": versions}
+    write_json(str(directory / "manifest.json"), manifest)
+
+    def result(cid, cand, outcome):
+        write_json(str(directory / "results" / f"{cid}.json"), {
+            "id": cid, "round": int(cid[1]), "task_key": task.key, "candidate": cand.to_json(),
+            "candidate_key": cand.key, "result": outcome.to_json(), "settings": {"number": 2},
+            "hardware": target.fingerprint, "host": "gpu-node-7", "user": "batch",
+            "time": 1.5e9})
+
+    result("r1-0000", a, MeasureResult.failure("run_error", "driver reset"))
+    result("r1-0001", b, MeasureResult((2e-6, 3e-6, 2e-6)))
+    db = open_database(f"sqlite:///{tmp_path}/t.db")
+    db.register_task(task.to_json())
+
+    def import_all(retry=()):
+        runner = BundleRunner(MeasureSettings(), str(tmp_path / "w"), None, str(directory))
+        try:
+            added, _ = runner.import_results(db, [task], target, versions, retry)
+        finally:
+            runner.close()
+        return sorted((r.candidate_key, r.result.error_kind) for r in added)
+
+    try:
+        assert import_all() == sorted([(a.key, "run_error"), (b.key, None)])
+        assert import_all() == []
+        result("r2-0000", a, MeasureResult((1e-6, 1e-6, 1e-6)))
+        assert import_all() == []  # already recorded: its failure stands
+        assert import_all(("run_error",)) == [(a.key, None)]
+        assert import_all(("run_error",)) == []
+        recorded = {r.candidate_key: r for r in db.records()}
+        assert sorted(recorded) == sorted([a.key, b.key]) and recorded[a.key].ok
+        assert recorded[a.key].provenance["host"] == "gpu-node-7"
+        assert recorded[a.key].provenance["settings"] == {"number": 2}
+    finally:
+        db.close()
