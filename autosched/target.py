@@ -3,6 +3,14 @@ plus the hardware fingerprint that goes with every record.
 
 A record is only ever applied to the same target config and the same hardware
 fingerprint (see `db/`), so both are canonical JSON with sorted keys.
+
+`cuda` is the GPU this process would run on (device 0 after CUDA_VISIBLE_DEVICES, read
+by `gpu_info` without a CUDA context here): its architecture (`sm_XY`, never the
+arch-specific `sm_XYa`; see `gpu_info.arch_of`) and limits (threads, static shared
+memory, registers per block, L2 size) set the target config, and all of it (the opt-in
+shared memory maximum too), with the name, driver and memory, is the hardware
+fingerprint. Without a GPU it is `sm_90` with
+the limits every CUDA GPU allows without opting in.
 """
 from __future__ import annotations
 
@@ -10,12 +18,11 @@ import hashlib
 import json
 import os
 import platform
-import shutil
-import subprocess
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .errors import UserError
+from .gpu_info import read_gpu
 
 DEFAULT_CUDA_ARCH = "sm_90"
 KNOWN_KINDS = ("llvm", "cuda")
@@ -48,7 +55,7 @@ class TargetSpec:
     def to_json(self) -> dict:
         return {"kind": self.kind, "config": self.config, "fingerprint": self.fingerprint}
 
-    def measured_on(self, fingerprint: dict) -> "TargetSpec":
+    def measured_on(self, fingerprint: dict) -> TargetSpec:
         """This target as measured on the machine `fingerprint` describes (an RPC
         server): records made with it carry that machine's fingerprint and key."""
         return self if fingerprint == self.fingerprint else replace(self, fingerprint=fingerprint)
@@ -107,39 +114,39 @@ def server_fingerprint(target: TargetSpec, reading: dict) -> dict:
             "memory_gib": reading.get("memory_gib")}
 
 
-@lru_cache(maxsize=1)
 def local_gpu() -> dict | None:
-    """Name, architecture and SM count of GPU 0, or None when there is none."""
-    if not shutil.which("nvidia-smi"):
-        return None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True).stdout.strip().splitlines()
-    except (subprocess.SubprocessError, OSError):
-        return None
-    if not out:
-        return None
-    name, cap, driver = (x.strip() for x in out[0].split(","))
-    info = {"name": name, "arch": "sm_" + cap.replace(".", ""), "driver": driver}
-    try:  # SM count is not in nvidia-smi's query set; torch knows it when installed
-        import torch
-
-        if torch.cuda.is_available():
-            info["sm_count"] = torch.cuda.get_device_properties(0).multi_processor_count
-    except ImportError:
-        pass
-    return info
+    """The GPU this process would run on (device 0 after CUDA_VISIBLE_DEVICES): name,
+    arch, driver, memory and its limits (`gpu_info.read_gpu`); None when there is none."""
+    return read_gpu(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
-def _cuda_config(arch: str) -> dict:
-    return {"kind": "cuda", "arch": arch, "max_num_threads": 1024, "thread_warp_size": 32,
-            "max_shared_memory_per_block": 49152}
+# The limits of the sm_90 default when no GPU is here (a dry run, an RPC or bundle run):
+# what every CUDA GPU allows without opting in. Records made with them keep matching.
+DEFAULT_CUDA_LIMITS = {"max_num_threads": 1024, "thread_warp_size": 32,
+                       "max_shared_memory_per_block": 49152}
+# target config key -> the GPU attribute it is set from
+CONFIG_FROM_GPU = {"max_num_threads": "max_threads_per_block",
+                   "thread_warp_size": "warp_size",
+                   # Static shared memory (48 KiB), not the opt-in maximum (227 KiB on
+                   # sm_90, in the fingerprint): TVM's CUDA code declares `__shared__`
+                   # arrays, and ptxas rejects more than 48 KiB of those ("uses too much
+                   # shared data"); only dynamic shared memory can opt in to more.
+                   "max_shared_memory_per_block": "max_shared_memory_per_block",
+                   "registers_per_block": "max_registers_per_block",
+                   "l2_cache_size_bytes": "l2_cache_bytes"}
+
+
+def _cuda_config(arch: str, gpu: dict | None = None) -> dict:
+    cfg = {"kind": "cuda", "arch": arch, **DEFAULT_CUDA_LIMITS}
+    for key, attribute in CONFIG_FROM_GPU.items():
+        if gpu and attribute in gpu:
+            cfg[key] = int(gpu[attribute])
+    return cfg
 
 
 def _resolve_cuda(config: dict | None) -> TargetSpec:
     gpu = local_gpu()
-    cfg = _cuda_config(gpu["arch"] if gpu else DEFAULT_CUDA_ARCH)
+    cfg = _cuda_config(gpu["arch"] if gpu else DEFAULT_CUDA_ARCH, gpu)
     if config:
         cfg.update(config)
     if gpu:

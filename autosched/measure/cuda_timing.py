@@ -19,7 +19,8 @@ The procedure, for `number` calls per repeat and `repeat` repeats:
 - A repeat's latency is its summed kernel time over `number`; the reported latencies are
   one per repeat, the record's latency their median.
 - Before the repeats, `number` grows (`next_number`) until one repeat's kernel time
-  reaches `min_repeat_ms`, as `time_evaluator` does.
+  reaches `min_repeat_ms`, as `time_evaluator` does (to MAX_FLUSHED_NUMBER at most with
+  the flush).
 
 The pure parts (`next_number`, `median`, `repeat_latency`) are plain functions; the rest
 needs a GPU.
@@ -33,21 +34,25 @@ from .cudart import CudaError, Cudart
 
 STREAMS = ("runner", "default")
 MAX_NUMBER = 100_000    # calls per repeat at most, whatever min_repeat_ms asks
+# ... and with the flush, where each call has its own events (and a flush of ~0.1 ms):
+# more calls add event resolution error instead of averaging it away
+MAX_FLUSHED_NUMBER = 1000
 MAX_CALIBRATIONS = 10   # rounds of growing `number`
 GROWTH_MARGIN = 1.2     # aim past min_repeat_ms so that one more round is rarely needed
 
 
-def next_number(number: int, repeat_ms: float, min_repeat_ms: float) -> int:
+def next_number(number: int, repeat_ms: float, min_repeat_ms: float,
+                cap: int = MAX_NUMBER) -> int:
     """Calls per repeat for the next try, after a repeat of `number` calls took
-    `repeat_ms` of kernel time: unchanged when it reached `min_repeat_ms`, otherwise
-    scaled to reach it (tenfold when the time measured was zero), within MAX_NUMBER."""
-    if min_repeat_ms <= 0 or repeat_ms >= min_repeat_ms:
+    `repeat_ms` of kernel time: unchanged when it reached `min_repeat_ms` or `cap`,
+    otherwise scaled to reach it (tenfold when the time measured was zero), within `cap`."""
+    if min_repeat_ms <= 0 or repeat_ms >= min_repeat_ms or number >= cap:
         return number
     if repeat_ms <= 0:
         grown = number * 10
     else:
         grown = math.ceil(number * min_repeat_ms / repeat_ms * GROWTH_MARGIN)
-    return max(number + 1, min(MAX_NUMBER, grown))
+    return max(number + 1, min(cap, grown))
 
 
 def repeat_latency(call_ms: list[float], number: int) -> float:
@@ -121,9 +126,10 @@ class CudaTimer:
                 min_repeat_ms: float) -> tuple[list[float], int]:
         """(seconds per call of each repeat, calls per repeat used)."""
         number = max(1, number)
+        cap = MAX_FLUSHED_NUMBER if self.flush_bytes else MAX_NUMBER
         for _ in range(MAX_CALIBRATIONS):
             grown = next_number(number, sum(self.time_repeat(dev, call, number)),
-                                min_repeat_ms)
+                                min_repeat_ms, cap)
             if grown == number:
                 break
             number = grown

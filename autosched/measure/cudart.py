@@ -10,25 +10,12 @@ from __future__ import annotations
 
 import ctypes
 
+from ..gpu_info import DEVICE_ATTRIBUTES
+
 SONAME = "libcudart.so.13"
 NOT_READY = 600  # cudaErrorNotReady: queued work has not finished (not a failure)
 STREAM_NON_BLOCKING = 0x01  # cudaStreamNonBlocking: no implicit sync with stream 0
 
-# cudaDeviceAttr numbers (driver_types.h; stable across CUDA releases)
-ATTRIBUTES = {
-    "max_threads_per_block": 1,
-    "max_shared_memory_per_block": 8,
-    "warp_size": 10,
-    "max_registers_per_block": 12,
-    "sm_count": 16,
-    "l2_cache_bytes": 38,
-    "max_threads_per_sm": 39,
-    "compute_major": 75,
-    "compute_minor": 76,
-    "max_shared_memory_per_sm": 81,
-    "max_registers_per_sm": 82,
-    "max_shared_memory_per_block_optin": 97,
-}
 
 
 class CudaError(RuntimeError):
@@ -75,9 +62,9 @@ class Cudart:
         return n.value
 
     def attribute(self, name: str, device: int = 0) -> int:
-        """A device attribute by its name in ATTRIBUTES."""
+        """A device attribute by its name in `gpu_info.DEVICE_ATTRIBUTES`."""
         value = ctypes.c_int()
-        self._call("cudaDeviceGetAttribute", ctypes.byref(value), ATTRIBUTES[name], device)
+        self._call("cudaDeviceGetAttribute", ctypes.byref(value), DEVICE_ATTRIBUTES[name], device)
         return value.value
 
     def device_name(self, device: int = 0) -> str:

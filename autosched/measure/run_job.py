@@ -19,8 +19,8 @@ The reply is one of:
   `wrong_answer`); with ``"restart": true`` when it was a CUDA error, which leaves the
   process's CUDA context unusable: the caller must not run anything else in this process;
 - ``{"ok": false, "infrastructure": true, "cause": ..., "remedy": ...}``: the machine
-  cannot run anything (no TVM runtime, no CUDA driver or runtime, no device); nothing
-  about the candidate is known.
+  cannot run anything (no TVM runtime, no CUDA driver or runtime, no device, a library
+  without code for this GPU); nothing about the candidate is known.
 
 The RPC session worker (`rpc_session.py`) uses the same reference loading and output
 check on the data it copies back from a server, so both runners judge alike.
@@ -45,6 +45,20 @@ _TIMERS: dict[tuple[str, bool], object] = {}
 # a poisoned context can be tested without a GPU. Runners set it only from
 # `local_runner.TEST_RUN_FAULT_ATTR`; search spaces never do.
 TEST_FAULT_KEY = "test_fault"
+# CUDA errors that say the library or the machine is wrong, not the kernel: every
+# candidate would fail alike, so none is recorded. (driver API name, runtime API name)
+MACHINE_CUDA_ERRORS = {
+    ("NO_BINARY_FOR_GPU", "NoKernelImageForDevice"):
+        "the kernel library holds no code for this GPU's architecture",
+    ("UNSUPPORTED_PTX_VERSION", "UnsupportedPtxVersion"):
+        "the kernel library's PTX is newer than this NVIDIA driver",
+    ("ECC_UNCORRECTABLE", "ECCUncorrectable"): "the GPU reports an uncorrectable ECC error",
+    ("DEVICE_UNAVAILABLE", "DevicesUnavailable"):
+        "the GPU is busy or unavailable (exclusive-process mode, or another process owns it)",
+}
+MACHINE_CUDA_REMEDY = ("build for this GPU (--target cuda on it, or its arch in the target "
+                       "JSON) with a CUDA toolkit this driver supports, check the GPU with "
+                       "nvidia-smi, then rerun")
 STICKY_NOTE = ("a CUDA error leaves the process's CUDA context unusable, so the run worker "
                "is replaced")
 
@@ -120,11 +134,20 @@ def _why_no_device() -> str:
 
 
 def _cuda_timer(request: dict):
+    """This process's CudaTimer for the request's settings, made before any candidate
+    code runs: a GPU that cannot give it a stream or the flush buffer (full memory)
+    would fail every candidate alike, so that is an InfrastructureError."""
     from .cuda_timing import CudaTimer
+    from .cudart import CudaError
 
     key = (request.get("stream", "runner"), bool(request.get("flush_l2", True)))
     if key not in _TIMERS:
-        _TIMERS[key] = CudaTimer(0, stream=key[0], flush_l2=key[1])
+        try:
+            _TIMERS[key] = CudaTimer(0, stream=key[0], flush_l2=key[1])
+        except (CudaError, OSError) as e:
+            raise InfrastructureError(f"cannot set up CUDA timing on this GPU: {e}",
+                                      "check the GPU with nvidia-smi (free memory, other "
+                                      "processes), then rerun") from None
     return _TIMERS[key]
 
 
@@ -145,14 +168,20 @@ def _inject_fault(spec: str) -> None:
 
 
 def _run_failure(kind: str, e: Exception) -> dict:
-    """A candidate's run_error; sticky (restart) for any error of a CUDA run."""
+    """A candidate's run_error, sticky (restart) for any error of a CUDA run; or the
+    machine's fault for the CUDA errors no kernel causes (MACHINE_CUDA_ERRORS)."""
     from .cudart import CudaError
     from .worker import error_text
 
+    text = error_text(e)
     if kind != "cuda" and not isinstance(e, CudaError):
-        return failure_reply("run_error", error_text(e))
+        return failure_reply("run_error", text)
     _drop_timers()
-    return dict(failure_reply("run_error", f"{error_text(e)}; {STICKY_NOTE}"), restart=True)
+    for signs, cause in MACHINE_CUDA_ERRORS.items():
+        if any(sign in text for sign in signs):
+            return infrastructure_reply(InfrastructureError(f"{cause}: {text}",
+                                                            MACHINE_CUDA_REMEDY))
+    return dict(failure_reply("run_error", f"{text}; {STICKY_NOTE}"), restart=True)
 
 
 def _time_cpu(lib, dev, call_args, request: dict) -> list[float]:
@@ -178,6 +207,7 @@ def run_job(request: dict) -> dict:
     kind = request["device"]
     try:
         dev = open_device(kind)
+        timer = _cuda_timer(request) if kind == "cuda" else None
     except InfrastructureError as e:
         return infrastructure_reply(e)
     try:
@@ -187,12 +217,14 @@ def run_job(request: dict) -> dict:
 
         return failure_reply("run_error", f"reference data: {error_text(e)}")
     try:
-        return _measure(request, dev, (specs, inputs, expected, tols))
+        return _measure(request, dev, timer, (specs, inputs, expected, tols))
     except Exception as e:
         return _run_failure(kind, e)
 
 
-def _measure(request: dict, dev, reference: tuple) -> dict:
+def _measure(request: dict, dev, timer, reference: tuple) -> dict:
+    """Load, warm up (the first calls also catch a crash before any copy back), check,
+    time; `timer` is the CudaTimer on CUDA, None on the CPU."""
     import tvm_ffi
 
     from .device_arrays import sync, to_device
@@ -203,7 +235,6 @@ def _measure(request: dict, dev, reference: tuple) -> dict:
     func = lib["main"]
     args = [to_device(a, s.dtype, dev) for a, s in zip(inputs, specs[0])]
     outs = [to_device(poison(s), s.dtype, dev) for s in specs[1]]
-    timer = _cuda_timer(request) if request["device"] == "cuda" else None
     if timer is not None:
         timer.warm_up(dev, lambda: func(*args, *outs), request["warmup"])
     else:

@@ -24,6 +24,8 @@ def test_number_grows_to_reach_min_repeat_ms():
     assert next_number(1, 19.9, 20) == 2            # always at least one more call
     assert next_number(3, 0.0, 20) == 30            # a zero reading: tenfold
     assert next_number(5, 1e-6, 20) == MAX_NUMBER   # never past the cap
+    assert next_number(5, 1e-6, 20, cap=1000) == 1000
+    assert next_number(1000, 1e-6, 20, cap=1000) == 1000
 
 
 def test_number_stays_once_a_repeat_is_long_enough_or_nothing_is_asked():

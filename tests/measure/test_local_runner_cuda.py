@@ -43,6 +43,29 @@ def test_a_cuda_error_replaces_the_worker_and_fails_only_its_candidate(
     assert bad.error_msg.endswith("so the run worker is replaced")
 
 
+
+def test_a_library_without_code_for_this_gpu_stops_the_run(tmp_path, settings, kernels,
+                                                           matmul_task, inp, is_alive):
+    from autosched.errors import InfrastructureError
+    from autosched.measure.builder import LocalBuilder
+    from autosched.measure.factory import BuildRunMeasurer
+    from autosched.measure.local_runner import TEST_RUN_FAULT_ATTR, LocalRunner
+
+    work = str(tmp_path)
+    runner = LocalRunner(settings, work)
+    no_image = kernels.plain.with_attr(
+        TEST_RUN_FAULT_ATTR, "cuda_error:209:cudaErrorNoKernelImageForDevice:no kernel "
+        "image is available for execution on the device")
+    with BuildRunMeasurer(LocalBuilder(settings, work), runner, work) as measurer:
+        assert measurer.measure([inp(matmul_task, kernels.plain)])[0].ok
+        pid = runner.worker_pid
+        with pytest.raises(InfrastructureError) as info:
+            measurer.measure([inp(matmul_task, no_image)])
+        assert runner.worker_pid is None and not is_alive(pid)
+    assert info.value.cause.startswith("the kernel library holds no code for this GPU's "
+                                       "architecture: CudaError: CUDA error 209")
+    assert "\n" not in str(info.value)
+
 # In a child, so that the run worker inherits the child's environment (the stand-in
 # driver on LD_LIBRARY_PATH): one CUDA candidate through a LocalRunner; prints how it ended.
 CUDA_RUN = """

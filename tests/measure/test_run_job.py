@@ -138,3 +138,13 @@ def test_an_injected_cuda_error_asks_for_a_fresh_worker(built, child_env):
     assert bad["error"].endswith("a CUDA error leaves the process's CUDA context unusable, "
                                  "so the run worker is replaced")
     assert after["ok"] and len(after["latencies"]) == 4
+
+
+def test_code_for_another_gpu_is_the_machines_fault_not_the_candidates(built, child_env):
+    fault = ("cuda_error:209:cudaErrorNoKernelImageForDevice:no kernel image is available "
+             "for execution on the device")
+    (reply,) = _run_without_compiler([_request(built, "plain", test_fault=fault)], child_env)
+    assert reply["infrastructure"] is True and "kind" not in reply
+    assert reply["cause"].startswith("the kernel library holds no code for this GPU's "
+                                     "architecture: CudaError: CUDA error 209")
+    assert reply["remedy"].startswith("build for this GPU")
