@@ -24,7 +24,7 @@ from autosched.measure.bundle_format import BundleError, one_machine, read_resul
 ROOT = Path(__file__).resolve().parents[2]
 MATMUL = str(ROOT / "examples" / "matmul.py")
 SHAPE = ["--arg", "M=32", "--arg", "N=32", "--arg", "K=32"]
-ROUND = 6        # candidates a round (--batch-size)
+ROUND = 4        # candidates a round (--batch-size)
 TRIALS = 2 * ROUND
 # min_repeat_ms makes each candidate take a few tenths of a second to measure, so the
 # kill test can stop a measurement between two results
@@ -426,3 +426,21 @@ def test_import_records_each_result_once_and_a_retry_replaces_its_failure(tmp_pa
         assert recorded[a.key].provenance["settings"] == {"number": 2}
     finally:
         db.close()
+
+
+def test_a_cuda_bundle_on_a_machine_without_a_gpu_is_the_machines_fault(bundle, tmp_path):
+    from autosched.target import local_gpu
+
+    if local_gpu() is not None:
+        pytest.skip("this machine has a GPU")
+    directory, _ = bundle
+    path = directory / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["target"]["kind"], manifest["device"] = "cuda", "cuda"
+    path.write_text(json.dumps(manifest))
+    proc = measure(directory, tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr == ("python -m autosched.measure.bundle: error: no NVIDIA GPU found on "
+                           "this machine (nvidia-smi); measure the bundle on the GPU machine "
+                           "it was built for\n")
+    assert not read_results(str(directory))  # nothing recorded for any candidate
