@@ -444,3 +444,34 @@ def test_a_cuda_bundle_on_a_machine_without_a_gpu_is_the_machines_fault(bundle, 
                            "this machine (nvidia-smi); measure the bundle on the GPU machine "
                            "it was built for\n")
     assert not read_results(str(directory))  # nothing recorded for any candidate
+
+
+def test_crashing_hanging_and_wrong_kernels_are_their_own_results(bundle, tmp_path):
+    """Each candidate runs in a child with the round's timeout: a kernel that kills its
+    process, one that never returns and one that computes wrongly are that candidate's
+    run_error, run_timeout and wrong_answer, and the candidates after them still run."""
+    import tvm
+
+    from support.kernels import broken_kernels
+
+    directory, _ = bundle
+    mods = broken_kernels(32)
+    broken = {"r1-0001": "raise_segv", "r1-0002": "hang", "r1-0003": "plus_one"}
+    for cid, name in broken.items():
+        (directory / "lib" / f"{cid}.so").unlink()
+        tvm.compile(mods[name], target="llvm").export_library(str(directory / "lib" /
+                                                                  f"{cid}.so"))
+    path = directory / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["settings"]["run_timeout"] = 3.0
+    path.write_text(json.dumps(manifest))
+
+    proc = measure(directory, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    results = {cid: r["result"] for cid, r in read_results(str(directory)).items()}
+    assert {cid: r["error_kind"] for cid, r in results.items()} == {
+        "r1-0000": None, "r1-0001": "run_error", "r1-0002": "run_timeout",
+        "r1-0003": "wrong_answer"}
+    assert "killed by signal 11 (SIGSEGV)" in results["r1-0001"]["error_msg"]
+    assert results["r1-0002"]["error_msg"] == "run did not finish within 3s; worker killed"
+    assert "output C:" in results["r1-0003"]["error_msg"]
