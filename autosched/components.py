@@ -2,7 +2,7 @@
 
 - `--strategy NAME` -> `make_strategy` (`STRATEGIES`)
 - a cost model's name (`"xgb"`) -> `make_cost_model` (`COST_MODELS`)
-- `--runner local | rpc://HOST:PORT/KEY` -> `runner_factory` (`RUNNERS`)
+- `--runner local | rpc://HOST:PORT/KEY | bundle:DIR` -> `runner_factory` (`RUNNERS`)
 - `--db URL` -> `autosched.db.open_database`, `--target` -> `autosched.target.resolve_target`
   (each validates and resolves its own kind of string; nothing else parses them).
 
@@ -90,15 +90,29 @@ def _rpc_runner(settings, work_dir: str, scratch_dir: str, address: str):
                      scratch_dir=scratch_dir)
 
 
+def _bundle_runner(settings, work_dir: str, scratch_dir: str, address: str):
+    from .measure.bundle_runner import BundleRunner
+
+    return BundleRunner(settings, work_dir, scratch_dir, address)
+
+
 # Runner scheme -> factory(settings, work_dir, scratch_dir, address). "local" or "local://";
-# "rpc://HOST:PORT/KEY" maps to scheme "rpc" with address "HOST:PORT/KEY".
-RUNNERS: dict[str, Callable] = {"local": _local_runner, "rpc": _rpc_runner}
+# "rpc://HOST:PORT/KEY" maps to scheme "rpc" with address "HOST:PORT/KEY"; "bundle:DIR"
+# to scheme "bundle" with address "DIR".
+RUNNERS: dict[str, Callable] = {"local": _local_runner, "rpc": _rpc_runner,
+                                "bundle": _bundle_runner}
 
 
 def parse_runner(name: str) -> tuple[str, str]:
-    """'local' -> ('local', ''); 'rpc://h:9190/key' -> ('rpc', 'h:9190/key')."""
+    """'local' -> ('local', ''); 'rpc://h:9190/key' -> ('rpc', 'h:9190/key');
+    'bundle:DIR' -> ('bundle', 'DIR')."""
     scheme, sep, address = (name or "").strip().partition("://")
+    if not sep:
+        scheme, sep, address = scheme.partition(":")
     return scheme, address if sep else ""
+
+
+_FORMS = {"rpc": "rpc://...", "bundle": "bundle:DIR"}
 
 
 def runner_factory(name: str) -> Callable:
@@ -109,7 +123,7 @@ def runner_factory(name: str) -> Callable:
     factory = RUNNERS.get(scheme)
     if factory is None:
         raise UserError(f"unknown --runner {name!r}; use one of: "
-                        + ", ".join(s if s == "local" else f"{s}://..." for s in RUNNERS))
+                        + ", ".join(_FORMS.get(s, s) for s in RUNNERS))
     return lambda settings, work_dir, scratch_dir: factory(settings, work_dir, scratch_dir,
                                                            address)
 

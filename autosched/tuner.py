@@ -19,6 +19,7 @@ from .db import make_record, open_database
 from .errors import BudgetExhausted, InfrastructureError, UserError
 from .measure import MeasureInput, MeasureResult
 from .measure.base import Measurer
+from .measure.bundle_runner import BundleMeasurer, RoundPending
 from .measure.factory import make_measurer
 from .search import SearchStrategy
 from .target import TargetSpec, resolve_target
@@ -58,6 +59,7 @@ class TuneResult:
     #                             a fault of the machine: its cause and remedy)
     warm_start: object = None   # WarmStart: what the cost model learned before the run
     dry_run: list | None = None  # DryRunReport per task, for `TuneConfig.dry_run`
+    bundle: str | None = None   # `--runner bundle:DIR`: the round written, or what to do next
 
     @property
     def trials(self) -> int:
@@ -99,7 +101,10 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
     `space_factory(task, target)` (default: our rules, `generate_space`) and
     `strategy_factory()`, called once a task (default: `config.strategy`, the learned
     strategies of a run sharing one cost model). With `config.dry_run` nothing is
-    measured and the database is not opened: `TuneResult.dry_run` holds the reports."""
+    measured and the database is not opened: `TuneResult.dry_run` holds the reports.
+    With a bundle (`--runner bundle:DIR`, see `measure/bundle_runner.py`) the results
+    measured into DIR are recorded first, then the next round is built into DIR within
+    what is left of `config.trials`: `TuneResult.bundle` says what to run next."""
     target = resolve_target(config.target)
     check_tasks(tasks, target)  # bad input stops here: nothing opened, nothing built
     if config.dry_run:
@@ -113,32 +118,35 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
     try:
         if owned:
             measurer = make_measurer(config.measure, config.runner, config.work_dir)
+        versions = current_versions(SPACE_VERSION)
+        bundle = measurer.bundle if isinstance(measurer, BundleMeasurer) else None
+        if bundle is not None:
+            bundle.check(tasks, target, versions)  # another command's bundle: refused
         try:  # records, and what the database holds, are of the machine that measures
             target = target.measured_on(measurer.hardware(target))
         except (BudgetExhausted, InfrastructureError) as e:
             return TuneResult([], db.url, target, stopped=str(e))
-        versions = current_versions(SPACE_VERSION)
-        known_tasks = db.tasks()
-        states = []
         for task in tasks:
             db.register_task(task.to_json())
-            st = TaskState(task, space_factory(task, target), new_strategy(),
-                           db.measured_keys(task.key, target.key, target.hardware_key, versions))
-            _admit_retries(st, db, target, versions, config.retry_failures)
-            st.best_record = db.best(task.key, target.key, target.hardware_key, versions)
-            if st.best_record is not None:
-                st.best_latency = st.best_record.latency
-            _seed_strategy(st, db, target, versions, known_tasks)
-            states.append(st)
+        imported, learned = bundle.import_results(db, tasks, target, versions,
+                                                  config.retry_failures) \
+            if bundle is not None else ([], {})
+        known_tasks = db.tasks()
+        states = [_task_state(task, db, target, versions, config, space_factory,
+                              new_strategy, known_tasks) for task in tasks]
         warm = _warm_start(states, config, db, target, versions, known_tasks, space_factory)
         result = TuneResult(states, db.url, target, warm_start=warm)
+        budget = config.trials if bundle is None else bundle.budget(config.trials)
         for cb in callbacks:
-            cb.on_start(states, config.trials)
+            cb.on_start(states, budget)
+        _learn_imported(states, imported, learned, callbacks)
         try:
-            _loop(states, config, target, versions, db, measurer,
+            _loop(states, config, budget, target, versions, db, measurer,
                   TaskScheduler(len(states)), callbacks)
         except (BudgetExhausted, InfrastructureError) as e:
             result.stopped = str(e)  # committed chunks stay, the one in flight is dropped
+        if bundle is not None and result.stopped is None:
+            result.bundle = bundle.finish_round(tasks, target, versions, config.trials)
         for cb in callbacks:
             cb.on_end(result)
         return result
@@ -148,6 +156,20 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
                 measurer.close()
         finally:
             db.close()
+
+
+def _task_state(task, db, target, versions, config: TuneConfig, space_factory,
+                new_strategy, known_tasks) -> TaskState:
+    """A task's state at the start of a run: what the database holds for it on this
+    target and machine, and a strategy seeded with its best records."""
+    st = TaskState(task, space_factory(task, target), new_strategy(),
+                   db.measured_keys(task.key, target.key, target.hardware_key, versions))
+    _admit_retries(st, db, target, versions, config.retry_failures)
+    st.best_record = db.best(task.key, target.key, target.hardware_key, versions)
+    if st.best_record is not None:
+        st.best_latency = st.best_record.latency
+    _seed_strategy(st, db, target, versions, known_tasks)
+    return st
 
 
 def default_strategies(config: TuneConfig) -> Callable[[], SearchStrategy]:
@@ -217,16 +239,38 @@ def _dry_run(tasks, config: TuneConfig, target, space_factory, callbacks) -> Tun
     return TuneResult([], None, target, dry_run=reports)
 
 
-def _loop(states, config, target, versions, db, measurer, scheduler, callbacks) -> None:
+def _learn_imported(states, imported, learned, callbacks) -> None:
+    """A bundle's results, recorded at the start of the run: the new ones count as this
+    run's trials, and the search learns from every result of the bundle (earlier runs'
+    imports too), as if it had measured them itself."""
+    new = {(r.task_key, r.candidate_key) for r in imported}
+    for st in states:
+        pairs = learned.get(st.task.key)
+        if not pairs:
+            continue
+        cands = [c for c, _ in pairs]
+        st.strategy.update(st.space, cands, [st.space.apply(c) for c in cands],
+                           [r for _, r in pairs])
+        for cand, res in pairs:
+            if (st.task.key, cand.key) in new:
+                st.trials += 1
+                if not res.ok:
+                    st.failures[res.error_kind] += 1
+                for cb in callbacks:
+                    cb.on_result(st, cand, res)
+
+
+def _loop(states, config, budget, target, versions, db, measurer, scheduler,
+          callbacks) -> None:
     rng = random.Random(config.seed)
     done = 0
-    while done < config.trials:
+    while done < budget:
         live = [i for i, s in enumerate(states) if not s.exhausted]
         if not live:
             break
         i = scheduler.next_task([s.history for s in states], live)
         st = states[i]
-        n = next_batch_size(states, live, config.batch_size, config.trials - done)
+        n = next_batch_size(states, live, config.batch_size, budget - done)
         proposals = _proposals(st, n, rng)
         if not proposals:
             st.exhausted = True
@@ -236,16 +280,21 @@ def _loop(states, config, target, versions, db, measurer, scheduler, callbacks) 
         # the chunk in flight, never a completed measurement. A runner that measures
         # several candidates at once (RPC sessions) gets chunks it can fill.
         step = max(1, measurer.concurrency)
-        for start in range(0, len(proposals), step):
-            chunk = proposals[start:start + step]
-            chunk_results = _measure(st, chunk, target, measurer)
-            _record(st, chunk, chunk_results, target, versions, config, db, callbacks)
-            results += chunk_results
+        try:
+            for start in range(0, len(proposals), step):
+                chunk = proposals[start:start + step]
+                chunk_results = _measure(st, chunk, target, measurer)
+                _record(st, chunk, chunk_results, target, versions, config, db, callbacks)
+                results += chunk_results
+        except RoundPending:  # a bundle's batch (one chunk): its results come later
+            st.exhausted = True
+            done += len(proposals)
+            continue
         st.strategy.update(st.space, [c for c, _ in proposals], [m for _, m in proposals], results)
         st.history.append(st.best_latency)
         done += len(proposals)
         for cb in callbacks:
-            cb.on_batch(states, done, config.trials)
+            cb.on_batch(states, done, budget)
 
 
 def next_batch_size(states, live, batch_size: int, remaining: int) -> int:
@@ -282,6 +331,11 @@ def _measure(st: TaskState, proposals, target, measurer) -> list[MeasureResult]:
         else:
             results.append(None)
             inputs.append(MeasureInput(st.task, target, cand, mod, _baseline(st)))
+    # A bundle's round holds its limit-check failures too: every result of a round is
+    # recorded with the fingerprint of the machine that measured the round.
+    if isinstance(measurer, BundleMeasurer):
+        measurer.defer(inputs, [(st.task, c, r) for (c, _), r in zip(proposals, results)
+                                if r is not None])
     measured = iter(measurer.measure(inputs) if inputs else [])
     return [r if r is not None else next(measured) for r in results]
 

@@ -17,7 +17,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--target", default="llvm", help="llvm | cuda | JSON target dict")
     p.add_argument("--trials", type=int, default=64, help="new measurements for the whole run")
     p.add_argument("--db", metavar="URL", help=DB_URL_HELP)
-    p.add_argument("--runner", default="local", help="local | rpc://HOST:PORT/KEY")
+    p.add_argument("--runner", default="local",
+                   help="local | rpc://HOST:PORT/KEY | bundle:DIR (build a round into DIR "
+                        "for another machine to measure; rerun to record it)")
     p.add_argument("--strategy", default="evolutionary",
                    help="evolutionary (guided by the learned cost model) or random")
     p.add_argument("--model", metavar="PATH", help="cost model to warm-start from")
@@ -79,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"autosched: stopped after {result.trials} of {config.trials} trials: "
               f"{result.stopped}; the records so far are saved{rerun}", file=sys.stderr)
         return 1
+    if result.bundle:  # a round waits in the bundle: what to run, then rerun this
+        print(f"autosched: {result.bundle}")
     return 0
 
 

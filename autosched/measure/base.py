@@ -70,7 +70,9 @@ class Measurer(Protocol):
 
     def measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
         """One result per input, in order. A failure of a candidate is a result; a fault
-        of the machine, the toolchain or the simulation log is raised, never a result."""
+        of the machine, the toolchain or the simulation log is raised, never a result.
+        A bundle's measurer raises `bundle_runner.RoundPending` instead: the batch waits
+        in the bundle for the machine that measures it."""
 
     def hardware(self, target: TargetSpec) -> dict:
         """The fingerprint of the machine it measures `target` on; the loop records

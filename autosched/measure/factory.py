@@ -92,7 +92,8 @@ def _shutdown(builder: Builder, runner: Runner, folder: RunFolder | None, work_d
 
 def make_measurer(settings: MeasureSettings, runner: str = "local",
                   work_dir: str | None = None) -> BuildRunMeasurer:
-    """A build-then-run measurer for `runner` ("local", "rpc://HOST:PORT/KEY" or "rpc").
+    """A build-then-run measurer for `runner` ("local", "rpc://HOST:PORT/KEY" or "rpc"),
+    or for "bundle:DIR" a `bundle_runner.BundleMeasurer` (build here, measure elsewhere).
 
     `work_dir` keeps the reference data (shared by every run on the same tasks) and,
     while measuring, this run's folder `runs/<pid>-<random>/` with the built libraries
@@ -115,8 +116,12 @@ def make_measurer(settings: MeasureSettings, runner: str = "local",
         if owns:
             shutil.rmtree(work_dir, ignore_errors=True)
         raise
-    return BuildRunMeasurer(LocalBuilder(settings, folder.path), run, work_dir, folder, owns,
-                            settings.build_workers)
+    from .bundle_runner import BundleMeasurer, BundleRunner
+
+    # a bundle is measured elsewhere: its measurer hands it every batch, failures too
+    kind = BundleMeasurer if isinstance(run, BundleRunner) else BuildRunMeasurer
+    return kind(LocalBuilder(settings, folder.path), run, work_dir, folder, owns,
+                settings.build_workers)
 
 
 def _unlink(path: str | None) -> None:

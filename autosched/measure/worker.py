@@ -38,8 +38,12 @@ HANDLERS = {
     "run": "autosched.measure.run_job:run_job",
     "rpc": "autosched.measure.rpc_session:run_job",
     "reference": "autosched.measure.reference_job:reference_job",
+    "bundle": "autosched.measure.run_job:run_job",
 }
 PRELOAD = ("tvm",)
+# Roles that run where only TVM's runtime is installed (a bundle's measuring machine):
+# nothing is preloaded, the handler imports what it needs.
+RUNTIME_ONLY = ("bundle",)
 STARTUP_TIMEOUT = 180.0  # importing TVM on a loaded machine can be slow
 _LOG_TAIL = 1500
 
@@ -258,7 +262,8 @@ def serve(role: str) -> None:
     os.dup2(2, 1)  # stray prints from libraries go to the log, not the protocol
     module_name, func_name = HANDLERS[role].split(":")
     handler = getattr(importlib.import_module(module_name), func_name)
-    for heavy in PRELOAD:  # before "ready", so start-up never eats into a timeout
+    preload = () if role in RUNTIME_ONLY else PRELOAD
+    for heavy in preload:  # before "ready", so start-up never eats into a timeout
         importlib.import_module(heavy)
     import faulthandler
 

@@ -194,7 +194,7 @@ def test_unknown_runner_is_a_user_error(tmp_path, settings, name, message):
 
 
 def test_runner_names_resolve_through_one_table():
-    assert set(RUNNERS) == {"local", "rpc"}
+    assert set(RUNNERS) == {"local", "rpc", "bundle"}
     assert parse_runner("local") == ("local", "")
     assert parse_runner(" rpc://10.0.0.1:9190/h100 ") == ("rpc", "10.0.0.1:9190/h100")
 

@@ -1,0 +1,283 @@
+"""`--runner bundle:DIR`: measure on a machine that `autosched tune` cannot reach (a
+batch queue, an air-gapped node, a GPU machine without a compiler), one round at a time.
+
+A run of `autosched tune ... --runner bundle:DIR` first records every result the
+measuring machine wrote into DIR (`python -m autosched.measure.bundle DIR`, see
+bundle.py), with that machine's fingerprint, skipping what the database already holds,
+and teaches the search with them. Then, when the round in DIR is fully measured, the
+loop proposes the next round: each task one batch (`--batch-size` candidates), within
+what is left of `--trials`, which counts every candidate of every round of DIR. Each
+batch is built here and put into DIR instead of being run (`BundleRunner.run` raises
+`RoundPending`, and the loop goes on with the other tasks); at the end the manifest is
+written, and the run says in one line what to run next. While the round in DIR still
+has candidates without results, no new round is built.
+
+A bundle belongs to one set of tasks, one target and one set of versions (autosched,
+TVM, search space): another command's bundle is refused, and so are results measured
+on different machines.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+
+from ..target import TargetSpec
+from .base import BuildArtifact
+from .bundle_format import (FORMAT, LIB, MANIFEST, REFERENCE, RESULTS, BundleError,
+                            BundleLock, one_machine, pending, read_json, read_manifest,
+                            read_results, remove_partial, write_json)
+from .factory import BuildRunMeasurer
+from .local_runner import DEVICES
+from .reference import ensure_reference
+from .result import MeasureResult
+from .settings import MeasureInput, MeasureSettings
+
+_OURS = {LIB, REFERENCE, RESULTS, MANIFEST, ".lock"}
+
+
+class RoundPending(Exception):
+    """A batch went into the bundle's next round: its results will come from the
+    machine that measures the bundle, not from this run."""
+
+
+def measure_command(directory: str) -> str:
+    return f"python -m autosched.measure.bundle {directory}"
+
+
+class BundleRunner:
+    """The bundle directory as a runner (see the module docstring); holds DIR's lock
+    from creation to `close()`."""
+
+    concurrency = 1
+
+    def __init__(self, settings: MeasureSettings, work_dir: str, scratch_dir: str | None,
+                 directory: str):
+        if not directory:
+            raise BundleError("--runner bundle:DIR needs a directory, e.g. bundle:gpu-round")
+        self.directory, self.settings = directory, settings
+        self.work_dir, self.scratch_dir = work_dir, scratch_dir
+        _prepare(directory)
+        self._staged: list[dict] = []  # the round this run builds
+        self._tasks: dict[str, object] = {}
+        self._lock = BundleLock(directory).acquire()
+        try:
+            remove_partial(directory)
+            self.manifest = read_manifest(directory)
+            self.results = read_results(directory)
+            self._pending = pending(directory, self.manifest) if self.manifest else []
+            self._remove_unlisted_libs()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    # ------------------------------------------------------------ what DIR holds
+
+    def hardware(self, target: TargetSpec) -> dict:
+        """The machine that measured DIR's results; before any, the target's own."""
+        return one_machine(self.results.values(), self.directory) or target.fingerprint
+
+    def check(self, tasks, target: TargetSpec, versions: dict) -> None:
+        """BundleError unless DIR is empty or a bundle of these tasks, target, versions."""
+        m, d = self.manifest, self.directory
+        if m is None:
+            return
+        if set(m["tasks"]) != {t.key for t in tasks}:
+            theirs = ", ".join(sorted(t["name"] for t in m["tasks"].values()))
+            raise BundleError(f"bundle {d} holds other tasks ({theirs}) than this command "
+                              f"({', '.join(sorted(t.name for t in tasks))}); give these "
+                              "tasks their own bundle directory")
+        if m["target_key"] != target.key:
+            raise BundleError(f"bundle {d} was built for target {m['target_key']}, not "
+                              f"{target.key}; give each target its own bundle directory")
+        for name in ("autosched", "tvm", "space"):
+            if m["versions"].get(name) != versions.get(name):
+                raise BundleError(f"bundle {d} was built with {name} version "
+                                  f"{m['versions'].get(name)}, this is {versions.get(name)}; "
+                                  "record it with the versions that built it, or use a new "
+                                  "bundle directory")
+
+    def budget(self, trials: int) -> int:
+        """Trials this run may put into a new round: none while DIR's round is being
+        measured, else what `trials` leaves after every earlier round."""
+        if self._pending:
+            return 0
+        return max(0, trials - (self.manifest["spent"] if self.manifest else 0))
+
+    def import_results(self, db, tasks, target: TargetSpec, versions: dict, retry=()):
+        """Record every result in DIR that the database lacks, with the measuring
+        machine's fingerprint (`target` is measured on it), in one transaction; with
+        `retry` (`--retry-failures` kinds) a newer result replaces such a failure.
+        Returns (records added, {task key: [(Candidate, MeasureResult)] of every
+        result in DIR}) so the search learns from all of them."""
+        from search_space import Candidate
+
+        from ..db import make_record
+
+        by_key = {t.key: t for t in tasks}
+        learned: dict[str, list] = {k: [] for k in by_key}
+        newest: dict[tuple[str, str], dict] = {}  # a candidate measured again: its last
+        for r in sorted(self.results.values(), key=lambda r: (r["round"], r["id"])):
+            if r["task_key"] in by_key:
+                newest[(r["task_key"], r["candidate_key"])] = r
+        records = []
+        for key, task in by_key.items():
+            scope = (key, target.key, target.hardware_key, versions)
+            seen = db.measured_keys(*scope) - {
+                f.candidate_key for f in (db.failed_records(*scope, retry) if retry else ())}
+            for (task_key, cand_key), r in newest.items():
+                if task_key != key:
+                    continue
+                cand = Candidate.from_json(r["candidate"])
+                res = MeasureResult.from_json(r["result"])
+                learned[key].append((cand, res))
+                if cand.key not in seen:
+                    rec = make_record(task, target, cand, res, versions, r["settings"])
+                    records.append(dataclasses.replace(rec, provenance=dict(
+                        rec.provenance, host=r["host"], user=r["user"], time=r["time"])))
+        ids = db.add_records(records, replace_failures=retry) if records else []
+        added = [rec.with_id(i) for rec, i in zip(records, ids) if i is not None]
+        return added, learned
+
+    # ------------------------------------------------------------ the next round
+
+    def run(self, inputs: list[MeasureInput], artifacts: list[BuildArtifact],
+            known=()) -> list[MeasureResult]:
+        """Put a batch into the next round: built libraries, build failures, and the
+        `known` results of candidates that were never built ((task, candidate, result):
+        limit-check failures). Raises RoundPending: nothing is measured here."""
+        for inp, art in zip(inputs, artifacts, strict=True):
+            cid = self._stage(inp.task, inp.candidate, None if art.ok else art.failure(),
+                              art.build_seconds)
+            if art.ok:
+                self._staged[-1]["lib"] = f"{LIB}/{cid}.so"
+                shutil.move(art.path, os.path.join(self.directory, LIB, f"{cid}.so"))
+        for task, candidate, result in known:
+            self._stage(task, candidate, result, 0.0)
+        raise RoundPending(f"{len(inputs) + len(known)} candidates wait in {self.directory}")
+
+    def _stage(self, task, candidate, known: MeasureResult | None, build_seconds: float) -> str:
+        number = (self.manifest["round"] if self.manifest else 0) + 1
+        cid = f"r{number}-{len(self._staged):04d}"
+        self._add_reference(task)
+        self._staged.append({
+            "id": cid, "task_key": task.key, "task": task.name,
+            "candidate": candidate.to_json(), "candidate_key": candidate.key, "lib": None,
+            "known": None if known is None else known.to_json(),
+            "build_seconds": build_seconds})
+        return cid
+
+    def _add_reference(self, task) -> None:
+        if task.key in self._tasks:
+            return
+        ref = ensure_reference(task, self.work_dir, scratch_dir=self.scratch_dir)
+        final = os.path.join(self.directory, REFERENCE, task.key)
+        if read_json(os.path.join(final, "meta.json")) != ref.meta:
+            tmp = f"{final}.tmp-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(ref.directory, tmp)
+            shutil.rmtree(final, ignore_errors=True)  # no round needs it: none is pending
+            os.rename(tmp, final)
+        self._tasks[task.key] = task
+
+    def finish_round(self, tasks, target: TargetSpec, versions: dict, trials: int) -> str:
+        """Write the manifest of the round this run built (if any); one line saying
+        what to do next."""
+        d, m = self.directory, self.manifest
+        if self._pending:
+            return (f"bundle {d}: {len(self._pending)} of {len(m['candidates'])} candidates "
+                    f"of round {m['round']} are not measured yet; measure them with "
+                    f"`{measure_command(d)}` on the target machine, then rerun this command")
+        spent = m["spent"] if m else 0
+        if not self._staged:
+            why = f"all {spent} trials" if spent >= trials else "every candidate the search found"
+            return f"bundle {d}: {why} measured and recorded; nothing left to build"
+        from ..versions import tvm_ffi_version
+
+        manifest = {
+            "format": FORMAT, "round": (m["round"] if m else 0) + 1,
+            "spent": spent + len(self._staged), "target": target.to_json(),
+            "target_key": target.key, "device": DEVICES[target.kind],
+            "versions": dict(versions, tvm_ffi=tvm_ffi_version()),
+            "settings": self.settings.to_json(),
+            "tasks": {t.key: {"name": t.name, "workload": t.workload, "args": dict(t.args),
+                              "reference": f"{REFERENCE}/{t.key}"} for t in tasks},
+            "candidates": self._staged}
+        write_json(os.path.join(d, MANIFEST), manifest)
+        self.manifest, self._pending, self._staged = manifest, list(self._staged), []
+        self._remove_unlisted_libs()
+        count = len(manifest["candidates"])
+        return (f"round {manifest['round']} written to {d}: {count} candidates of "
+                f"{len({c['task_key'] for c in manifest['candidates']})} task(s), "
+                f"{_mib(d):.1f} MiB; measure it "
+                f"with `{measure_command(d)}` on the target machine, then rerun this command "
+                "to record the results and build the next round")
+
+    def _remove_unlisted_libs(self) -> None:
+        """Drop libraries no manifest names: an earlier round's, or a killed run's."""
+        current = self.manifest["candidates"] if self.manifest else []
+        listed = {os.path.basename(c["lib"]) for c in current + self._staged if c["lib"]}
+        folder = os.path.join(self.directory, LIB)
+        for name in os.listdir(folder):
+            if name not in listed:
+                os.unlink(os.path.join(folder, name))
+
+    def close(self) -> None:
+        """Release DIR (a round never finished leaves libraries the next run removes)."""
+        self._lock.release()
+
+
+def _mib(directory: str) -> float:
+    """What a copy of the bundle carries, in MiB."""
+    total = 0
+    for root, _, files in os.walk(directory):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total / 2 ** 20
+
+
+def _prepare(directory: str) -> None:
+    """Create DIR and its folders; BundleError for a path that cannot be a bundle."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise BundleError(f"--runner bundle:{directory}: not a directory")
+    if os.path.isdir(directory):
+        foreign = [n for n in os.listdir(directory) if n not in _OURS
+                   and not n.startswith(".tmp-")]
+        if foreign and not os.path.exists(os.path.join(directory, MANIFEST)):
+            raise BundleError(f"--runner bundle:{directory}: the directory is neither empty "
+                              f"nor a bundle (it holds {min(foreign)!r}); name a new "
+                              "or empty directory")
+    try:
+        for sub in (LIB, REFERENCE, RESULTS):
+            os.makedirs(os.path.join(directory, sub), exist_ok=True)
+    except OSError as e:
+        raise BundleError(f"--runner bundle:{directory}: cannot create it "
+                          f"({e.strerror})") from None
+
+
+class BundleMeasurer(BuildRunMeasurer):
+    """Build here, measure there: a whole batch goes to the bundle at once (so
+    `concurrency` is unbounded) and `measure` raises RoundPending."""
+
+    @property
+    def concurrency(self) -> int:
+        return sys.maxsize
+
+    @property
+    def bundle(self) -> BundleRunner:
+        return self.runner
+
+    def measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
+        """Build every input and hand all artifacts to the bundle (RoundPending)."""
+        return self.defer(inputs, [])
+
+    def defer(self, inputs: list[MeasureInput], known) -> list[MeasureResult]:
+        """Build `inputs` and put them, and the `known` results of a batch's other
+        candidates ((task, candidate, result)), into the next round: RoundPending."""
+        artifacts = self.builder.build(inputs) if inputs else []
+        try:
+            return self.runner.run(inputs, artifacts, known)
+        finally:
+            for a in artifacts:
+                if a.ok and os.path.exists(a.path):
+                    os.unlink(a.path)
