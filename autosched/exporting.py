@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 
 from search_space import SPACE_VERSION, Candidate, InvalidCandidate, generate_space
 
@@ -21,6 +22,20 @@ from .versions import current_versions, library_versions
 MANIFEST_FORMAT = 1
 LIBRARY_NAME = "kernels.so"
 MANIFEST_NAME = "manifest.json"
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """The schedule a library holds for one task: a candidate (its JSON) and, when it
+    comes from the database, the record that measured it."""
+
+    candidate: dict
+    record_id: int | None = None
+    latency_s: float | None = None
+
+    @staticmethod
+    def of_record(record) -> "KernelChoice":
+        return KernelChoice(record.candidate, record.id, record.latency)
 
 
 def kernel_symbols(tasks) -> list[str]:
@@ -43,22 +58,23 @@ def _best_records(db, tasks, target, versions):
     return records
 
 
-def _scheduled_func(task, target, record, symbol):
+def _scheduled_func(task, target, choice: KernelChoice, symbol):
     try:
-        mod = generate_space(task, target).apply(Candidate.from_json(record.candidate))
+        mod = generate_space(task, target).apply(Candidate.from_json(choice.candidate))
     except (InvalidCandidate, ValueError) as e:
-        raise UserError(f"record {record.id} of {task.name} does not replay: {e}") from None
+        origin = f"record {choice.record_id}" if choice.record_id is not None else "candidate"
+        raise UserError(f"{origin} of {task.name} does not replay: {e}") from None
     return mod["main"].with_attr("global_symbol", symbol)
 
 
-def build_manifest(tasks, records, symbols, target, versions, metas) -> dict:
+def build_manifest(tasks, choices, symbols, target, versions, metas) -> dict:
     kernels = []
-    for task, rec, sym, meta in zip(tasks, records, symbols, metas):
+    for task, choice, sym, meta in zip(tasks, choices, symbols, metas):
         kernels.append({
             "symbol": sym, "workload": task.workload, "args": dict(task.args),
             "task_key": task.key, "inputs": [s.to_json() for s in task.inputs],
-            "outputs": [s.to_json() for s in task.outputs], "record_id": rec.id,
-            "latency_s": rec.latency, "flops": task.flops, "candidate": rec.candidate,
+            "outputs": [s.to_json() for s in task.outputs], "record_id": choice.record_id,
+            "latency_s": choice.latency_s, "flops": task.flops, "candidate": choice.candidate,
             "meta": meta})
     return {"format": MANIFEST_FORMAT, "library": LIBRARY_NAME, "target": target.config,
             "target_key": target.key, "hardware": target.fingerprint, "versions": versions,
@@ -69,8 +85,6 @@ def export_tasks(tasks, target_text: str, out_dir: str, db_url: str | None = Non
                  metas: list[dict] | None = None) -> str:
     """Build the library for `tasks`; returns the manifest path. The output directory is
     replaced atomically: a failure leaves any previous library untouched."""
-    import tvm
-
     from .db import DEFAULT_DB_URL, open_database
     from .target import resolve_target
     from .validation import check_tasks
@@ -83,10 +97,21 @@ def export_tasks(tasks, target_text: str, out_dir: str, db_url: str | None = Non
         records = _best_records(db, tasks, target, versions)
     finally:
         db.close()
+    return write_library(tasks, [KernelChoice.of_record(r) for r in records], target,
+                         out_dir, metas)
+
+
+def write_library(tasks, choices: list[KernelChoice], target, out_dir: str,
+                  metas: list[dict] | None = None) -> str:
+    """Compile the chosen schedule of each task into `out_dir` (kernels.so and
+    manifest.json, replaced atomically); returns the manifest path. `target` is a
+    resolved TargetSpec."""
+    import tvm
+
     symbols = kernel_symbols(tasks)
-    funcs = {sym: _scheduled_func(t, target, r, sym) for t, r, sym in zip(tasks, records, symbols)}
-    manifest = build_manifest(tasks, records, symbols, target, library_versions(SPACE_VERSION),
-                         metas or [{}] * len(tasks))
+    funcs = {sym: _scheduled_func(t, target, c, sym) for t, c, sym in zip(tasks, choices, symbols)}
+    manifest = build_manifest(tasks, choices, symbols, target, library_versions(SPACE_VERSION),
+                              metas or [{}] * len(tasks))
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".export-", dir=parent)

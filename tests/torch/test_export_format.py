@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import shutil
-from types import SimpleNamespace
 
 import torch
 
@@ -18,9 +17,8 @@ def test_manifest_from_export_loads(nn_library, tmp_path):
     lib_dir = tmp_path / "lib"
     shutil.copytree(nn_library, lib_dir)
     tasks, metas = make_tasks(TEST_SELECTION)
-    records = [SimpleNamespace(id=i, latency=1e-3, candidate={"decisions": []})
-               for i in range(len(tasks))]
-    manifest = export.build_manifest(tasks, records, export.kernel_symbols(tasks),
+    choices = [export.KernelChoice({"decisions": []}, i, 1e-3) for i in range(len(tasks))]
+    manifest = export.build_manifest(tasks, choices, export.kernel_symbols(tasks),
                                      resolve_target("llvm"), current_versions("1"), metas)
     export.write_manifest(str(lib_dir / export.MANIFEST_NAME), manifest)
 
