@@ -61,30 +61,45 @@ def _distribution_version(name: str) -> str | None:
 
 def versions() -> dict:
     """The versions a result depends on: the product's own (as records carry them), the
-    search space and feature versions, and the libraries that build, time and learn."""
-    from cost_model.features import FEATURE_VERSION
-    from search_space import SPACE_VERSION
+    search space and feature versions, and the libraries that build, time and learn.
+    Where the TVM compiler is not installed (a GPU machine measuring bundles), the
+    versions that need it are null and `tvm` is the installed distribution's, if any."""
+    libraries = {"torch": _distribution_version("torch"),
+                 "xgboost": _distribution_version("xgboost-cpu")
+                 or _distribution_version("xgboost"),
+                 "numpy": _distribution_version("numpy"), "python": sys.version.split()[0]}
+    try:
+        from cost_model.features import FEATURE_VERSION
+        from search_space import SPACE_VERSION
 
-    from autosched.versions import library_versions
+        from autosched.versions import library_versions
 
-    return {**library_versions(SPACE_VERSION), "features": FEATURE_VERSION,
-            "torch": _distribution_version("torch"),
-            "xgboost": _distribution_version("xgboost-cpu") or _distribution_version("xgboost"),
-            "numpy": _distribution_version("numpy"),
-            "python": sys.version.split()[0]}
+        product = library_versions(SPACE_VERSION)
+    except ImportError:
+        from autosched.versions import AUTOSCHED_VERSION
+
+        return {"autosched": AUTOSCHED_VERSION, "tvm": _distribution_version("apache-tvm"),
+                "tvm_ffi": _distribution_version("apache-tvm-ffi"), "space": None,
+                "features": None, "compiler": False, **libraries}
+    return {**product, "features": FEATURE_VERSION, **libraries}
 
 
 def machine() -> dict:
     """This machine as the product fingerprints it (CPU model from /proc/cpuinfo, the
-    cores this process may use, LLVM's name for the CPU), and its load when the run began
-    (on a shared machine, a high load makes timings slower and noisier)."""
-    from autosched.target import resolve_target
+    cores this process may use, LLVM's name for the CPU: null without the TVM compiler),
+    and its load when the run began (on a shared machine, a high load makes timings
+    slower and noisier)."""
+    from autosched.target import cpu_fingerprint, resolve_target
 
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # not on every platform
         load = None
-    return {**resolve_target("llvm").fingerprint, "load_average_1m": load}
+    try:
+        fingerprint = resolve_target("llvm").fingerprint
+    except ImportError:
+        fingerprint = cpu_fingerprint(None)
+    return {**fingerprint, "load_average_1m": load}
 
 
 def stamp(seed, argv: list[str] | None = None, **settings) -> dict:
