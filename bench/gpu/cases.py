@@ -1,0 +1,67 @@
+"""The operators of the H200 device check: what `prepare.py` builds bundles for here and
+what `device_check.py` measures there, each next to torch's own kernel (cuBLAS / cuDNN).
+
+A case is an example op file, a workload in it and its shape arguments, plus the torch
+expression that computes the same outputs from the same inputs (in the workload's input
+order), so both sides are timed on identical data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+H200_TARGET = {"kind": "cuda", "arch": "sm_90a", "max_num_threads": 1024,
+               "thread_warp_size": 32, "max_shared_memory_per_block": 232448,
+               "registers_per_block": 65536}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    op_file: str            # relative to the repository root
+    workload: str
+    args: dict = field(default_factory=dict)
+    torch_peer: str = ""    # key of TORCH_PEERS
+
+    def arg_items(self) -> list[str]:
+        return [f"{k}={v}" for k, v in self.args.items()]
+
+
+CASES = (
+    Case("matmul_fp32_1024", "examples/matmul.py", "matmul",
+         {"M": 1024, "N": 1024, "K": 1024}, "matmul"),
+    Case("matmul_fp32_4096", "examples/matmul.py", "matmul",
+         {"M": 4096, "N": 4096, "K": 4096}, "matmul"),
+    Case("matmul_fp16_4096", "examples/matmul.py", "matmul",
+         {"M": 4096, "N": 4096, "K": 4096, "dtype": "float16"}, "matmul"),
+    Case("softmax_4096", "examples/softmax.py", "softmax", {"M": 4096, "N": 4096}, "softmax"),
+    Case("layer_norm_8192x1024", "examples/softmax.py", "layer_norm",
+         {"M": 8192, "N": 1024}, "layer_norm"),
+    Case("conv2d_resnet_3x3_64", "examples/conv2d.py", "conv2d",
+         {"N": 8, "C": 64, "H": 56, "W": 56, "F": 64}, "conv2d"),
+)
+
+
+def _matmul(a, b):
+    return a @ b
+
+
+def _softmax(x):
+    import torch
+
+    return torch.softmax(x, dim=-1)
+
+
+def _layer_norm(x, gamma, beta, eps=1e-5):
+    import torch.nn.functional as F
+
+    return F.layer_norm(x, x.shape[-1:], gamma, beta, eps)
+
+
+def _conv2d(x, w):
+    import torch.nn.functional as F
+
+    return F.conv2d(x, w, padding=1)
+
+
+TORCH_PEERS = {"matmul": _matmul, "softmax": _softmax, "layer_norm": _layer_norm,
+               "conv2d": _conv2d}
