@@ -80,19 +80,20 @@ def small_filesystem(path: Path, megabytes: int):
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
 
-def fill(path: Path) -> Path:
-    """Write zeros under `path` until its filesystem is full; the filler's path."""
+def fill(path: Path) -> Path | None:
+    """Write zeros under `path` until its filesystem is full; the filler's path (None
+    when the filesystem was full already and no filler could be created)."""
     filler = path / "filler.bin"
     block = b"\0" * (1 << 20)
-    with open(filler, "wb") as f:
-        try:
+    try:
+        with open(filler, "wb") as f:
             while True:
                 f.write(block)
                 f.flush()
-        except OSError as e:
-            if e.errno != errno.ENOSPC:
-                raise
-    return filler
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+    return filler if filler.exists() else None
 
 
 class Soak:
@@ -197,7 +198,8 @@ class Soak:
         else:
             filler = fill(self.fill_dir)
             time.sleep(3.0)
-            filler.unlink()
+            if filler is not None:
+                filler.unlink()
             self.figures.fills += 1
         return plan[1:]
 
