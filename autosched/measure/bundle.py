@@ -33,6 +33,7 @@ from ..versions import AUTOSCHED_VERSION, tvm_ffi_version
 from .bundle_format import (BundleError, BundleLock, one_machine, pending, read_results,
                             remove_partial, require_bundle, result_path, write_json)
 from .result import MeasureResult
+from .run_job import run_request
 from .worker import WorkerDied, WorkerProcess
 
 PROG = "python -m autosched.measure.bundle"
@@ -79,13 +80,11 @@ class _RoundRunner:
                              float(entry["build_seconds"]), result.run_seconds)
 
     def _request(self, entry: dict) -> dict:
-        s, task = self.settings, self.manifest["tasks"][entry["task_key"]]
-        return {"lib": os.path.abspath(os.path.join(self.directory, entry["lib"])),
-                "reference": os.path.abspath(os.path.join(self.directory, task["reference"])),
-                "device": self.manifest["device"], "warmup": s["warmup"], "number": s["number"],
-                "repeat": s["repeat"], "min_repeat_ms": s["min_repeat_ms"],
-                "check": s["check_correctness"], "flush_l2": s.get("flush_l2", True),
-                "stream": s.get("stream", "runner")}
+        task = self.manifest["tasks"][entry["task_key"]]
+        return run_request(self.settings, os.path.abspath(os.path.join(self.directory,
+                                                                       entry["lib"])),
+                           os.path.abspath(os.path.join(self.directory, task["reference"])),
+                           self.manifest["device"])
 
     def _run(self, request: dict) -> MeasureResult:
         worker = self._ready_worker()

@@ -475,3 +475,20 @@ def test_crashing_hanging_and_wrong_kernels_are_their_own_results(bundle, tmp_pa
     assert "killed by signal 11 (SIGSEGV)" in results["r1-0001"]["error_msg"]
     assert results["r1-0002"]["error_msg"] == "run did not finish within 3s; worker killed"
     assert "output C:" in results["r1-0003"]["error_msg"]
+
+
+def test_the_local_runner_and_the_bundle_ask_the_run_worker_alike():
+    """One request builder: the bundle reads its settings back from the manifest's JSON
+    and asks for exactly what the local runner asks for with the same settings."""
+    from autosched.measure.run_job import run_request
+
+    settings = MeasureSettings(number=7, repeat=2, min_repeat_ms=3, warmup=4,
+                               check_correctness=False, flush_l2=False, stream="default")
+    local = run_request(settings, "/b/lib/r1-0000.so", "/b/reference/k", "cuda")
+    assert local == {"lib": "/b/lib/r1-0000.so", "reference": "/b/reference/k",
+                     "device": "cuda", "warmup": 4, "number": 7, "repeat": 2,
+                     "min_repeat_ms": 3, "check": False, "flush_l2": False,
+                     "stream": "default"}
+    manifest_settings = json.loads(json.dumps(settings.to_json()))
+    assert run_request(manifest_settings, "/b/lib/r1-0000.so", "/b/reference/k",
+                       "cuda") == local
