@@ -30,9 +30,9 @@ import time
 from ..errors import InfrastructureError, UserError
 from ..target import cpu_fingerprint, local_gpu
 from ..versions import AUTOSCHED_VERSION, tvm_ffi_version
-from .bundle_reference import make_reference, remove_partial_references
 from .bundle_format import (BundleError, BundleLock, one_machine, pending, read_results,
                             remove_partial, require_bundle, result_path, write_json)
+from .bundle_reference import make_reference, remove_partial_references
 from .result import MeasureResult
 from .run_job import run_request
 from .worker import WorkerDied, WorkerProcess

@@ -29,8 +29,9 @@ from ..errors import InfrastructureError
 from .bundle_format import REFERENCE
 from .bundle_recipe import read_recipe
 from .reference import load_reference
+from .reference_job import one_reply
 from .run_job import run_request
-from .worker import WorkerDied, WorkerProcess
+from .worker import WorkerDied
 
 # One untimed and one timed call of the reduced kernel: the check only needs its outputs.
 CHECK_SETTINGS = {"warmup": 1, "number": 1, "repeat": 1, "min_repeat_ms": 0,
@@ -91,15 +92,10 @@ def _run_kernel(manifest: dict, recipe: dict, kernel: str, final: str, log_dir: 
                "how": {"target": recipe["target"], "check": check,
                        "expected": {"device": manifest["device"],
                                     "schedule": recipe["schedule"]}}}
-    worker = WorkerProcess("bundle_reference", log_dir)
     try:
-        worker.wait_ready()
-        worker.send(request)
-        reply = worker.wait_reply(timeout)
+        reply = one_reply("bundle_reference", request, timeout, log_dir)
     except WorkerDied as e:
-        reply = {"ok": False, "error": f"the reference worker {str(e).partition('; log: ')[0]}"}
-    finally:
-        worker.kill()
+        reply = {"ok": False, "error": f"the reference worker {e}"}
     if reply is None:
         reply = {"ok": False, "error": f"it did not finish within {timeout:g}s; worker killed"}
     if reply.get("infrastructure"):

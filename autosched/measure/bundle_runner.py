@@ -29,8 +29,8 @@ from .base import BuildArtifact
 from .bundle_format import (FORMAT, LIB, MANIFEST, RECIPES, REFERENCE, RESULTS, BundleError,
                             BundleLock, one_machine, pending, read_json, read_manifest,
                             read_results, remove_partial, write_json)
-from .bundle_recipe import (kernel_input, read_recipe, recipe_dir, recipe_of,
-                            reference_bytes, write_recipe)
+from .bundle_recipe import (kernel_input, read_recipe, recipe_dir, recipe_of, reference_bytes,
+                            write_recipe)
 from .factory import BuildRunMeasurer
 from .local_runner import DEVICES
 from .reference import ensure_reference
