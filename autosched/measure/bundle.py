@@ -6,7 +6,10 @@ and no database. Each candidate of the round that has no result yet is loaded, r
 its task's reference inputs, checked and timed by the run worker's own code
 (`run_job.run_job`), in a child process with the round's `run_timeout`: a kernel that
 crashes or hangs is that candidate's `run_error` / `run_timeout`, and the next one gets
-a fresh child. Each result, with this machine's fingerprint, is written atomically to
+a fresh child. A task whose bundle carries a recipe instead of its reference arrays
+(bundle_recipe.py) first has its reference made here (bundle_reference.py): checked at
+the reduced shape, then computed by its reference kernel. Each result, with this
+machine's fingerprint, is written atomically to
 `DIR/results/<id>.json` as soon as it is known, so a measurement that is killed loses
 at most the candidate in flight and a rerun measures only what is left. A candidate
 that failed to build gets its result here too (its build failure), so every record
@@ -14,7 +17,9 @@ of a round names the machine that measured it.
 
 Exit codes: 0 measured (or nothing left to measure), 2 not a bundle this machine can
 measure (one line), 1 a fault of this machine (the worker cannot start; a reply that
-is not the candidate's failure): nothing is written for the candidate in flight.
+is not the candidate's failure; a task whose reference kernel failed its check or its
+run, after the other tasks were measured): nothing is written for the candidate in
+flight, nor for that task's candidates.
 """
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ bundle.py), with that machine's fingerprint, skipping what the database already 
 and teaches the search with them. Then, when the round in DIR is fully measured, the
 loop proposes the next round: each task one batch (`--batch-size` candidates), within
 what is left of `--trials`, which counts every candidate of every round of DIR. Each
-batch is built here and put into DIR instead of being run (`BundleRunner.run` raises
+batch is built here (with the reference kernels of a task whose reference data is
+above `bundle_reference_mib`: it travels as a recipe, see bundle_recipe.py) and put
+into DIR instead of being run (`BundleRunner.run` raises
 `RoundPending`, and the loop goes on with the other tasks); at the end the manifest is
 written, and the run says in one line what to run next. While the round in DIR still
 has candidates without results, no new round is built.
