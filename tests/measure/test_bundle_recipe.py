@@ -231,4 +231,26 @@ def test_a_cuda_bundle_of_a_4096_cubed_matmul_carries_fatbin_kernels_not_arrays(
     assert len(libraries) == 2 + ROUND
     assert all([e.arch for e in fatbin.library_entries(str(p))] == [arch] for p in libraries)
     assert os.listdir(directory / "reference") == []
-    assert os.listdir(work / "reference") == [the_task(["M=64", "N=64", "K=64"]).key]
+    small = the_task(["M=64", "N=64", "K=64"])
+    assert os.listdir(work / "reference") == [small.key]
+    if shutil.which("g++") is not None:
+        _assert_the_check_passes(folder, small, resolve_target("cuda"))
+
+
+def _assert_the_check_passes(folder: Path, small, target) -> None:
+    """What the GPU machine's check compares: the reduced instance's reference kernel
+    (its module, run by the CUDA emulator) against the CPU outputs the bundle carries,
+    judged as a candidate is."""
+    from autosched.measure.bundle_recipe import kernel_input
+    from autosched.measure.run_job import check_outputs, load_reference_arrays
+    from support import cuda_emulator
+
+    specs, inputs, expected, tols = load_reference_arrays(str(folder / "check"))
+    got = cuda_emulator.emulate(kernel_input(small, target).mod, target,
+                                {s.name: a for s, a in zip(specs[0], inputs, strict=True)},
+                                {s.name: (s.shape, s.dtype) for s in specs[1]})
+    outs = [got[s.name] for s in specs[1]]
+    assert check_outputs(specs, inputs, inputs, outs, expected, tols) is None
+    wrong = [outs[0] + np.float32(1e-2)]
+    assert check_outputs(specs, inputs, inputs, wrong, expected, tols).startswith(
+        "output C: 4096 of 4096 elements outside tolerance")
