@@ -197,8 +197,9 @@ def _measure_all(manifest, directory, todo, hardware, out) -> None:
         names = ", ".join(manifest["tasks"][k]["name"] for k in untrusted)
         raise ReferenceUntrusted(
             f"the reference of {names} cannot be trusted on this machine "
-            f"({next(iter(untrusted.values()))}); nothing was recorded for its "
-            f"{len(todo) - len(judged)} candidates",
+            f"({next(iter(untrusted.values()))}); nothing was recorded for "
+            f"{'its' if len(untrusted) == 1 else 'their'} {len(todo) - len(judged)} "
+            "candidates",
             "measure the bundle where its reference kernel works, or build a new bundle "
             "with a --bundle-reference-mib above the task's reference data so that its "
             "arrays travel")

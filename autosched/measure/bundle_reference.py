@@ -45,13 +45,13 @@ def make_reference(runner, manifest: dict, directory: str, task_key: str,
     as a candidate is run (`bundle._RoundRunner`); InfrastructureError when this
     machine cannot run anything."""
     task = manifest["tasks"][task_key]
-    final = os.path.join(directory, task["reference"])
-    recipe = read_recipe(os.path.join(directory, task["recipe"]))
+    final = os.path.abspath(os.path.join(directory, task["reference"]))
+    folder = os.path.abspath(os.path.join(directory, task["recipe"]))  # workers get paths
+    recipe = read_recipe(folder)
     if recipe is None:
         return f"its recipe in {task['recipe']} is missing or incomplete", ""
     if _complete(final, recipe):
         return None, "made earlier on this machine"
-    folder = os.path.join(directory, task["recipe"])
     check = recipe["check"]
     shape = f"the reduced shape {check['task']['name']}"
     result = runner.run(run_request(
