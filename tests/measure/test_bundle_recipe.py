@@ -58,6 +58,7 @@ def recipe_round(tmp_path_factory):
 
 @pytest.fixture
 def bundle(recipe_round, tmp_path):
+    """A private copy of `recipe_round`, with the work dir that built it."""
     src, work = recipe_round
     shutil.copytree(src, tmp_path / "b")
     shutil.copytree(work, tmp_path / "work")
@@ -141,7 +142,7 @@ def test_the_measuring_machine_checks_regenerates_and_judges_then_tune_records(b
     mtime = (final / "meta.json").stat().st_mtime_ns
     shutil.rmtree(directory / "results")
     (directory / "results").mkdir()
-    again = measure(directory, tmp_path)
+    again = measure(Path("b"), tmp_path)  # named relative to where it is measured
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[0] == f"reference of {NAME}: made earlier on this machine"
     assert (final / "meta.json").stat().st_mtime_ns == mtime
