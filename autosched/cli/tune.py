@@ -43,6 +43,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--min-repeat-ms", type=int, default=MeasureSettings.min_repeat_ms,
                    help="time each repeat of a kernel for at least this long (calls are "
                         "added until it does)")
+    p.add_argument("--bundle-reference-mib", type=float,
+                   default=MeasureSettings.bundle_reference_mib, metavar="MIB",
+                   help="with --runner bundle:DIR: a task's reference inputs and outputs "
+                        "travel as arrays up to this size; above it, their recipe and a "
+                        "reference kernel, checked at a reduced shape, that the measuring "
+                        "machine runs")
     return p
 
 
@@ -55,9 +61,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--trials must be >= 0, got {args.trials}")
     if args.min_repeat_ms < 0:
         raise UserError(f"--min-repeat-ms must be >= 0, got {args.min_repeat_ms}")
+    if args.bundle_reference_mib < 0:
+        raise UserError(f"--bundle-reference-mib must be >= 0, got {args.bundle_reference_mib}")
     tasks = load_tasks(args.op_file, args.workload, args.arg, args.load_timeout)
     settings = MeasureSettings(run_timeout=args.run_timeout, build_timeout=args.build_timeout,
-                               min_repeat_ms=args.min_repeat_ms)
+                               min_repeat_ms=args.min_repeat_ms,
+                               bundle_reference_mib=args.bundle_reference_mib)
     config = TuneConfig(target=args.target, trials=args.trials, db_url=args.db,
                         runner=args.runner, strategy=args.strategy, seed=args.seed,
                         batch_size=args.batch_size, dry_run=args.dry_run,

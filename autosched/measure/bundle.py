@@ -6,7 +6,10 @@ and no database. Each candidate of the round that has no result yet is loaded, r
 its task's reference inputs, checked and timed by the run worker's own code
 (`run_job.run_job`), in a child process with the round's `run_timeout`: a kernel that
 crashes or hangs is that candidate's `run_error` / `run_timeout`, and the next one gets
-a fresh child. Each result, with this machine's fingerprint, is written atomically to
+a fresh child. A task whose bundle carries a recipe instead of its reference arrays
+(bundle_recipe.py) first has its reference made here (bundle_reference.py): checked at
+the reduced shape, then computed by its reference kernel. Each result, with this
+machine's fingerprint, is written atomically to
 `DIR/results/<id>.json` as soon as it is known, so a measurement that is killed loses
 at most the candidate in flight and a rerun measures only what is left. A candidate
 that failed to build gets its result here too (its build failure), so every record
@@ -14,7 +17,9 @@ of a round names the machine that measured it.
 
 Exit codes: 0 measured (or nothing left to measure), 2 not a bundle this machine can
 measure (one line), 1 a fault of this machine (the worker cannot start; a reply that
-is not the candidate's failure): nothing is written for the candidate in flight.
+is not the candidate's failure; a task whose reference kernel failed its check or its
+run, after the other tasks were measured): nothing is written for the candidate in
+flight, nor for that task's candidates.
 """
 from __future__ import annotations
 
@@ -32,7 +37,9 @@ from ..target import cpu_fingerprint, local_gpu
 from ..versions import AUTOSCHED_VERSION, tvm_ffi_version
 from .bundle_format import (BundleError, BundleLock, one_machine, pending, read_results,
                             remove_partial, require_bundle, result_path, write_json)
+from .bundle_reference import make_reference, remove_partial_references
 from .result import MeasureResult
+from .run_job import run_request
 from .worker import WorkerDied, WorkerProcess
 
 PROG = "python -m autosched.measure.bundle"
@@ -72,22 +79,19 @@ class _RoundRunner:
         """The candidate's result; InfrastructureError when it is not the candidate's."""
         if entry["lib"] is None:  # failed to build or to fit the target's limits
             return MeasureResult.from_json(entry["known"])
-        result = self._run(self._request(entry))
-        if not result.ok:
-            self.close()  # a failed kernel may leave its process unusable (CUDA)
+        result = self.run(self._request(entry))
         return MeasureResult(result.latencies, result.error_kind, result.error_msg,
                              float(entry["build_seconds"]), result.run_seconds)
 
     def _request(self, entry: dict) -> dict:
-        s, task = self.settings, self.manifest["tasks"][entry["task_key"]]
-        return {"lib": os.path.abspath(os.path.join(self.directory, entry["lib"])),
-                "reference": os.path.abspath(os.path.join(self.directory, task["reference"])),
-                "device": self.manifest["device"], "warmup": s["warmup"], "number": s["number"],
-                "repeat": s["repeat"], "min_repeat_ms": s["min_repeat_ms"],
-                "check": s["check_correctness"], "flush_l2": s.get("flush_l2", True),
-                "stream": s.get("stream", "runner")}
+        task = self.manifest["tasks"][entry["task_key"]]
+        return run_request(self.settings, os.path.abspath(os.path.join(self.directory,
+                                                                       entry["lib"])),
+                           os.path.abspath(os.path.join(self.directory, task["reference"])),
+                           self.manifest["device"])
 
-    def _run(self, request: dict) -> MeasureResult:
+    def run(self, request: dict) -> MeasureResult:
+        """Run one `run_job` request in the run worker, with the round's run_timeout."""
         worker = self._ready_worker()
         start, timeout = time.monotonic(), float(self.settings["run_timeout"])
         try:
@@ -97,6 +101,8 @@ class _RoundRunner:
             return MeasureResult.failure("run_error", f"run worker {e}",
                                          run_seconds=time.monotonic() - start)
         seconds = time.monotonic() - start
+        if not reply or not reply.get("ok"):
+            self.close()  # a failed kernel may leave its process unusable (CUDA)
         if reply is None:
             return MeasureResult.failure("run_timeout", f"run did not finish within "
                                          f"{timeout:g}s; worker killed", run_seconds=seconds)
@@ -172,19 +178,56 @@ def _measure_all(manifest, directory, todo, hardware, out) -> None:
     runner = _RoundRunner(manifest, directory, log_dir)
     ok = 0
     try:
-        for i, entry in enumerate(todo, 1):
+        untrusted = _make_references(runner, manifest, directory, todo, log_dir, out)
+        judged = [e for e in todo if e["task_key"] not in untrusted]
+        for i, entry in enumerate(judged, 1):
             result = runner.measure(entry)
             write_json(result_path(directory, entry["id"]),
                        _result_file(entry, manifest, result, hardware))
             ok += result.ok
             what = f"{result.median * 1e3:.4f} ms" if result.ok else result.error_kind
-            print(f"[{i}/{len(todo)}] {entry['id']} {entry['task']}: {what}", file=out,
+            print(f"[{i}/{len(judged)}] {entry['id']} {entry['task']}: {what}", file=out,
                   flush=True)
     finally:
         runner.close()
         shutil.rmtree(log_dir, ignore_errors=True)
-    print(f"bundle {directory}: measured {len(todo)} candidates ({ok} correct) on this "
+    print(f"bundle {directory}: measured {len(judged)} candidates ({ok} correct) on this "
           "machine; rerun the tune command to record them", file=out)
+    if untrusted:
+        names = ", ".join(manifest["tasks"][k]["name"] for k in untrusted)
+        raise ReferenceUntrusted(
+            f"the reference of {names} cannot be trusted on this machine "
+            f"({next(iter(untrusted.values()))}); nothing was recorded for "
+            f"{'its' if len(untrusted) == 1 else 'their'} {len(todo) - len(judged)} "
+            "candidates",
+            "measure the bundle where its reference kernel works, or build a new bundle "
+            "with a --bundle-reference-mib above the task's reference data so that its "
+            "arrays travel")
+
+
+class ReferenceUntrusted(InfrastructureError):
+    """A task's reference kernel failed its check or its run here: its candidates
+    cannot be judged, so none is measured (they stay pending)."""
+
+
+def _make_references(runner, manifest, directory, todo, log_dir, out) -> dict[str, str]:
+    """Make the reference data of every task of `todo` that came as a recipe and has a
+    candidate to run (bundle_reference.py); {task key: why not} of those that failed."""
+    remove_partial_references(directory)
+    untrusted = {}
+    for key in dict.fromkeys(e["task_key"] for e in todo if e["lib"] is not None):
+        task = manifest["tasks"][key]
+        if task.get("recipe") is None:
+            continue
+        why, done = make_reference(runner, manifest, directory, key, log_dir)
+        if why is None:
+            print(f"reference of {task['name']}: {done}", file=out, flush=True)
+        else:
+            count = sum(e["task_key"] == key for e in todo)
+            print(f"reference of {task['name']}: {why}; its {count} candidates are not "
+                  "measured", file=out, flush=True)
+            untrusted[key] = why
+    return untrusted
 
 
 def main(argv: list[str] | None = None) -> int:

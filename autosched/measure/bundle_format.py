@@ -4,7 +4,10 @@ tune` cannot reach, and the results that machine writes back.
 ```
 DIR/manifest.json          the current round (written last, atomically, by `tune`)
 DIR/lib/<id>.so            the library of each candidate of the round that built
-DIR/reference/<task key>/  each task's reference data (reference.py's layout)
+DIR/reference/<task key>/  each task's reference data (reference.py's layout); for a
+                           task above `bundle_reference_mib`, made on the measuring
+                           machine from its recipe (bundle_reference.py)
+DIR/recipes/<task key>/    such a task's recipe and reference kernels (bundle_recipe.py)
 DIR/results/<id>.json      one file a candidate, written atomically by the measuring
                            machine (`python -m autosched.measure.bundle DIR`)
 DIR/.lock                  held by the one process working on DIR
@@ -29,7 +32,7 @@ from ..errors import UserError
 
 FORMAT = 1
 MANIFEST = "manifest.json"
-LIB, REFERENCE, RESULTS = "lib", "reference", "results"
+LIB, REFERENCE, RESULTS, RECIPES = "lib", "reference", "results", "recipes"
 _TMP = ".tmp-"  # prefix of a file being written; never read as a result
 
 

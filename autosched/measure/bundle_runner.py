@@ -7,7 +7,9 @@ bundle.py), with that machine's fingerprint, skipping what the database already 
 and teaches the search with them. Then, when the round in DIR is fully measured, the
 loop proposes the next round: each task one batch (`--batch-size` candidates), within
 what is left of `--trials`, which counts every candidate of every round of DIR. Each
-batch is built here and put into DIR instead of being run (`BundleRunner.run` raises
+batch is built here (with the reference kernels of a task whose reference data is
+above `bundle_reference_mib`: it travels as a recipe, see bundle_recipe.py) and put
+into DIR instead of being run (`BundleRunner.run` raises
 `RoundPending`, and the loop goes on with the other tasks); at the end the manifest is
 written, and the run says in one line what to run next. While the round in DIR still
 has candidates without results, no new round is built.
@@ -19,22 +21,26 @@ on different machines.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import sys
 
 from ..target import TargetSpec
 from .base import BuildArtifact
-from .bundle_format import (FORMAT, LIB, MANIFEST, REFERENCE, RESULTS, BundleError,
+from .bundle_format import (FORMAT, LIB, MANIFEST, RECIPES, REFERENCE, RESULTS, BundleError,
                             BundleLock, one_machine, pending, read_json, read_manifest,
                             read_results, remove_partial, write_json)
+from .bundle_recipe import (kernel_input, read_recipe, recipe_dir, recipe_of, reference_bytes,
+                            write_recipe)
 from .factory import BuildRunMeasurer
 from .local_runner import DEVICES
 from .reference import ensure_reference
+from .reference_job import ReferenceFailed
 from .result import MeasureResult
 from .settings import MeasureInput, MeasureSettings
 
-_OURS = {LIB, REFERENCE, RESULTS, MANIFEST, ".lock"}
+_OURS = {LIB, REFERENCE, RESULTS, RECIPES, MANIFEST, ".lock"}
 
 
 class RoundPending(Exception):
@@ -61,6 +67,8 @@ class BundleRunner:
         _prepare(directory)
         self._staged: list[dict] = []  # the round this run builds
         self._tasks: dict[str, object] = {}
+        self._reduced: dict[str, object] = {}  # task key -> reduced task (None: ships arrays)
+        self._recipes: dict[str, dict] = {}    # task key -> its recipe in DIR (this round)
         self._lock = BundleLock(directory).acquire()
         try:
             remove_partial(directory)
@@ -168,8 +176,57 @@ class BundleRunner:
             "build_seconds": build_seconds})
         return cid
 
+    # ------------------------------------------------------------ reference data
+
+    def _travels_as_recipe(self, task):
+        """The reduced instance of a task whose reference data is above the bundle's
+        limit (see bundle_recipe.py); None when its arrays travel."""
+        if task.key not in self._reduced:
+            from .device_reference import reduced_task
+
+            limit = self.settings.bundle_reference_mib * 2 ** 20
+            self._reduced[task.key] = (reduced_task(task) if reference_bytes(task) > limit
+                                       else None)
+        return self._reduced[task.key]
+
+    def recipe_builds(self, inputs: list[MeasureInput]) -> list[MeasureInput]:
+        """The reference kernels to build with this batch, two for each task above the
+        limit whose recipe DIR lacks (full size, then reduced); a current recipe in DIR
+        is kept. What the measuring machine made from a recipe is dropped: each round
+        travels without those arrays."""
+        builds = []
+        for inp in {i.task.key: i for i in inputs}.values():
+            task, small = inp.task, self._travels_as_recipe(inp.task)
+            if small is None or task.key in self._recipes:
+                continue
+            shutil.rmtree(os.path.join(self.directory, REFERENCE, task.key), ignore_errors=True)
+            found = read_recipe(recipe_dir(self.directory, task.key))
+            want = json.loads(json.dumps(recipe_of(task, small, inp.target)))
+            if found == want:
+                self._recipes[task.key] = found
+            else:
+                builds += [kernel_input(task, inp.target), kernel_input(small, inp.target)]
+        return builds
+
+    def add_recipes(self, builds: list[MeasureInput], artifacts: list[BuildArtifact]) -> None:
+        """Write the recipe of each task whose reference kernels (`recipe_builds`) were
+        built into `artifacts`; ReferenceFailed when one did not build."""
+        for i in range(0, len(builds), 2):
+            task, small = builds[i].task, builds[i + 1].task
+            for what, art in ((task, artifacts[i]), (small, artifacts[i + 1])):
+                if not art.ok:
+                    raise ReferenceFailed(
+                        f"the reference kernel of {what.name} for the bundle did not build: "
+                        f"{art.error_msg}", "nothing was recorded; fix the cause and rerun")
+            self._recipes[task.key] = write_recipe(
+                self.directory, task, small, builds[i].target,
+                [artifacts[i].path, artifacts[i + 1].path], self.work_dir, self.scratch_dir)
+
     def _add_reference(self, task) -> None:
         if task.key in self._tasks:
+            return
+        if self._travels_as_recipe(task) is not None:  # its recipe (or no run needs one)
+            self._tasks[task.key] = task
             return
         ref = ensure_reference(task, self.work_dir, scratch_dir=self.scratch_dir)
         final = os.path.join(self.directory, REFERENCE, task.key)
@@ -202,7 +259,9 @@ class BundleRunner:
             "versions": dict(versions, tvm_ffi=tvm_ffi_version()),
             "settings": self.settings.to_json(),
             "tasks": {t.key: {"name": t.name, "workload": t.workload, "args": dict(t.args),
-                              "reference": f"{REFERENCE}/{t.key}"} for t in tasks},
+                              "reference": f"{REFERENCE}/{t.key}",
+                              "recipe": f"{RECIPES}/{t.key}" if t.key in self._recipes
+                              else None} for t in tasks},
             "candidates": self._staged}
         write_json(os.path.join(d, MANIFEST), manifest)
         self.manifest, self._pending, self._staged = manifest, list(self._staged), []
@@ -215,13 +274,20 @@ class BundleRunner:
                 "to record the results and build the next round")
 
     def _remove_unlisted_libs(self) -> None:
-        """Drop libraries no manifest names: an earlier round's, or a killed run's."""
+        """Drop libraries and recipes no manifest names: an earlier round's, or a killed
+        run's (a recipe being made this run is kept)."""
         current = self.manifest["candidates"] if self.manifest else []
         listed = {os.path.basename(c["lib"]) for c in current + self._staged if c["lib"]}
         folder = os.path.join(self.directory, LIB)
         for name in os.listdir(folder):
             if name not in listed:
                 os.unlink(os.path.join(folder, name))
+        tasks = self.manifest["tasks"].values() if self.manifest else ()
+        recipes = {os.path.basename(t["recipe"]) for t in tasks if t.get("recipe")}
+        folder = os.path.join(self.directory, RECIPES)
+        for name in os.listdir(folder):
+            if name not in recipes | set(self._recipes):
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
 
     def close(self) -> None:
         """Release DIR (a round never finished leaves libraries the next run removes)."""
@@ -248,7 +314,7 @@ def _prepare(directory: str) -> None:
                               f"nor a bundle (it holds {min(foreign)!r}); name a new "
                               "or empty directory")
     try:
-        for sub in (LIB, REFERENCE, RESULTS):
+        for sub in (LIB, REFERENCE, RESULTS, RECIPES):
             os.makedirs(os.path.join(directory, sub), exist_ok=True)
     except OSError as e:
         raise BundleError(f"--runner bundle:{directory}: cannot create it "
@@ -274,9 +340,11 @@ class BundleMeasurer(BuildRunMeasurer):
     def defer(self, inputs: list[MeasureInput], known) -> list[MeasureResult]:
         """Build `inputs` and put them, and the `known` results of a batch's other
         candidates ((task, candidate, result)), into the next round: RoundPending."""
-        artifacts = self.builder.build(inputs) if inputs else []
+        kernels = self.runner.recipe_builds(inputs)  # built with the batch, in parallel
+        artifacts = self.builder.build(inputs + kernels) if inputs else []
         try:
-            return self.runner.run(inputs, artifacts, known)
+            self.runner.add_recipes(kernels, artifacts[len(inputs):])
+            return self.runner.run(inputs, artifacts[:len(inputs)], known)
         finally:
             for a in artifacts:
                 if a.ok and os.path.exists(a.path):

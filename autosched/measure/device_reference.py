@@ -45,12 +45,17 @@ def cpu_run(func) -> dict:
 
 def device_run(func, target) -> dict:
     """The device reference of a PrimFunc on a cuda TargetSpec: the plain GPU schedule."""
+    return run_spec(device_module(func, target), target.config, "cuda", "reference_schedule")
+
+
+def device_module(func, target):
+    """`search_space.cuda.reference_schedule` of a PrimFunc for a cuda TargetSpec: every
+    block its own kernel, its spatial loops over blocks and threads."""
     import tvm
 
     from search_space.cuda import GpuLimits, reference_schedule
 
-    mod = reference_schedule(tvm.IRModule({"main": func}), GpuLimits.of(target))
-    return run_spec(mod, target.config, "cuda", "reference_schedule")
+    return reference_schedule(tvm.IRModule({"main": func}), GpuLimits.of(target))
 
 
 def on_device(target) -> bool:

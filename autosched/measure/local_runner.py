@@ -25,7 +25,7 @@ from ..target import TargetSpec
 from .base import BuildArtifact
 from .reference import Reference, ensure_reference
 from .result import MeasureResult
-from .run_job import TEST_FAULT_KEY
+from .run_job import TEST_FAULT_KEY, run_request
 from .settings import MeasureInput, MeasureSettings
 from .worker import WorkerDied, WorkerProcess
 
@@ -86,11 +86,8 @@ class LocalRunner:
         return ref
 
     def _request(self, ref: Reference, inp: MeasureInput, art: BuildArtifact) -> dict:
-        s = self.settings
-        request = {"lib": art.path, "reference": ref.directory,
-                   "device": DEVICES[inp.target.kind], "warmup": s.warmup, "number": s.number,
-                   "repeat": s.repeat, "min_repeat_ms": s.min_repeat_ms,
-                   "check": s.check_correctness, "flush_l2": s.flush_l2, "stream": s.stream}
+        request = run_request(self.settings, art.path, ref.directory,
+                              DEVICES[inp.target.kind])
         attrs = inp.mod.attrs if inp.mod is not None else None
         if attrs is not None and TEST_RUN_FAULT_ATTR in attrs:
             request[TEST_FAULT_KEY] = str(attrs[TEST_RUN_FAULT_ATTR])

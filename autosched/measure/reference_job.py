@@ -65,16 +65,10 @@ def compute_reference(task, target, directory: str, seed: int, *, timeout: float
     request = reference_request(task, target, directory, seed)
     what = f"reference of {task.name} {where(request['expected'])}"
     retry = "nothing was recorded; fix the cause and rerun"
-    worker = WorkerProcess("reference", log_dir)
     try:
-        worker.wait_ready()
-        worker.send(request)
-        reply = worker.wait_reply(timeout)
+        reply = one_reply("reference", request, timeout, log_dir)
     except WorkerDied as e:
-        raise ReferenceFailed(f"{what}: the reference worker "
-                              f"{_death(str(e), worker.log_path)}", retry) from None
-    finally:
-        worker.kill()
+        raise ReferenceFailed(f"{what}: the reference worker {e}", retry) from None
     if reply is None:
         raise ReferenceFailed(
             f"{what} did not finish within {timeout:g}s; worker killed",
@@ -83,6 +77,21 @@ def compute_reference(task, target, directory: str, seed: int, *, timeout: float
     if not reply.get("ok"):
         raise ReferenceFailed(f"{what} failed: {_one_line(reply.get('error', '?'))}", retry)
     return reply["meta"]
+
+
+def one_reply(role: str, request: dict, timeout: float, log_dir: str) -> dict | None:
+    """Send `request` to a fresh worker of `role` (logs in `log_dir`) and wait `timeout`
+    seconds after its start-up: its reply, or None when it ran out of time. The worker
+    is killed either way; WorkerDied, saying how it ended, when it died."""
+    worker = WorkerProcess(role, log_dir)
+    try:
+        worker.wait_ready()
+        worker.send(request)
+        return worker.wait_reply(timeout)
+    except WorkerDied as e:
+        raise WorkerDied(_death(str(e), worker.log_path)) from None
+    finally:
+        worker.kill()
 
 
 def _death(message: str, log_path: str) -> str:

@@ -63,6 +63,19 @@ STICKY_NOTE = ("a CUDA error leaves the process's CUDA context unusable, so the 
                "is replaced")
 
 
+def run_request(settings, lib: str, reference_dir: str, device: str) -> dict:
+    """The request `run_job` takes for the library `lib` on its task's reference in
+    `reference_dir`, on `device` ("cpu" / "cuda"), timed as `settings` say (a
+    MeasureSettings or its JSON, as a bundle's manifest holds it). Every runner makes
+    its requests here, so what is run and how it is timed never differ between them."""
+    from .settings import MeasureSettings
+
+    s = settings if isinstance(settings, MeasureSettings) else MeasureSettings(**settings)
+    return {"lib": lib, "reference": reference_dir, "device": device, "warmup": s.warmup,
+            "number": s.number, "repeat": s.repeat, "min_repeat_ms": s.min_repeat_ms,
+            "check": s.check_correctness, "flush_l2": s.flush_l2, "stream": s.stream}
+
+
 def load_reference_arrays(directory: str) -> tuple:
     """(specs, inputs, expected, tolerances) of a reference directory, cached."""
     from .reference import load_reference

@@ -39,11 +39,12 @@ HANDLERS = {
     "rpc": "autosched.measure.rpc_session:run_job",
     "reference": "autosched.measure.reference_job:reference_job",
     "bundle": "autosched.measure.run_job:run_job",
+    "bundle_reference": "autosched.measure.bundle_reference:reference_kernel_job",
 }
 PRELOAD = ("tvm",)
 # Roles that run where only TVM's runtime is installed (a bundle's measuring machine):
 # nothing is preloaded, the handler imports what it needs.
-RUNTIME_ONLY = ("bundle",)
+RUNTIME_ONLY = ("bundle", "bundle_reference")
 STARTUP_TIMEOUT = 180.0  # importing TVM on a loaded machine can be slow
 _LOG_TAIL = 1500
 

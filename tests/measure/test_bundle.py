@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.bundles import measure, measure_cmd, measure_env
 
 from autosched.components import parse_runner, runner_factory
 from autosched.db import open_database
@@ -30,33 +31,6 @@ TRIALS = 2 * ROUND
 # kill test can stop a measurement between two results
 SETTINGS = MeasureSettings(min_repeat_ms=40, run_timeout=30.0, build_timeout=60.0)
 
-# Installed with sitecustomize in the measuring processes (and, through PYTHONPATH,
-# their run workers): importing `tvm` or any of its modules fails. `find_spec` still
-# answers, so code may locate TVM's runtime libraries without importing the package.
-NO_COMPILER = '''
-import importlib.abc, importlib.machinery, sys
-
-class _Refuse(importlib.abc.Loader):
-    def __init__(self, name):
-        self.name = name
-    def create_module(self, spec):
-        return None
-    def exec_module(self, module):
-        raise ImportError(f"{self.name}: the TVM compiler is not importable here")
-
-class _NoCompiler(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name != "tvm" and not name.startswith("tvm."):
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is not None:
-            spec.loader = _Refuse(name)
-        return spec
-
-sys.meta_path.insert(0, _NoCompiler())
-'''
-
-
 def tune(bundle, work, *extra, shape=SHAPE):
     """`autosched tune` of the 32^3 matmul with `--runner bundle:DIR`."""
     args = [sys.executable, "-m", "autosched", "tune", MATMUL, *shape, "--target", "llvm",
@@ -66,22 +40,6 @@ def tune(bundle, work, *extra, shape=SHAPE):
             "--min-repeat-ms", str(SETTINGS.min_repeat_ms),
             "--run-timeout", str(SETTINGS.run_timeout), *extra]
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
-
-
-def measure_env(tmp_path) -> dict:
-    block = tmp_path / "no-compiler"
-    block.mkdir(exist_ok=True)
-    (block / "sitecustomize.py").write_text(NO_COMPILER)
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(block), str(ROOT)]))
-
-
-def measure_cmd(bundle) -> list[str]:
-    return [sys.executable, "-m", "autosched.measure.bundle", str(bundle)]
-
-
-def measure(bundle, tmp_path):
-    return subprocess.run(measure_cmd(bundle), cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, env=measure_env(tmp_path))
 
 
 def last_line(text: str) -> str:
@@ -344,10 +302,11 @@ def _no_vector_space(task, target):
 @pytest.mark.slow
 def test_limit_check_failures_wait_in_the_round_and_carry_the_measuring_machine(tmp_path,
                                                                                 target):
+    from support import tiny_space
+
     from autosched.config import TuneConfig
     from autosched.tuner import tune_tasks
     from autosched.workload import load_tasks
-    from support import tiny_space
 
     directory, url = tmp_path / "b", f"sqlite:///{tmp_path}/t.db"
     config = TuneConfig(trials=8, batch_size=8, runner=f"bundle:{directory}",
@@ -451,7 +410,6 @@ def test_crashing_hanging_and_wrong_kernels_are_their_own_results(bundle, tmp_pa
     process, one that never returns and one that computes wrongly are that candidate's
     run_error, run_timeout and wrong_answer, and the candidates after them still run."""
     import tvm
-
     from support.kernels import broken_kernels
 
     directory, _ = bundle
@@ -475,3 +433,20 @@ def test_crashing_hanging_and_wrong_kernels_are_their_own_results(bundle, tmp_pa
     assert "killed by signal 11 (SIGSEGV)" in results["r1-0001"]["error_msg"]
     assert results["r1-0002"]["error_msg"] == "run did not finish within 3s; worker killed"
     assert "output C:" in results["r1-0003"]["error_msg"]
+
+
+def test_the_local_runner_and_the_bundle_ask_the_run_worker_alike():
+    """One request builder: the bundle reads its settings back from the manifest's JSON
+    and asks for exactly what the local runner asks for with the same settings."""
+    from autosched.measure.run_job import run_request
+
+    settings = MeasureSettings(number=7, repeat=2, min_repeat_ms=3, warmup=4,
+                               check_correctness=False, flush_l2=False, stream="default")
+    local = run_request(settings, "/b/lib/r1-0000.so", "/b/reference/k", "cuda")
+    assert local == {"lib": "/b/lib/r1-0000.so", "reference": "/b/reference/k",
+                     "device": "cuda", "warmup": 4, "number": 7, "repeat": 2,
+                     "min_repeat_ms": 3, "check": False, "flush_l2": False,
+                     "stream": "default"}
+    manifest_settings = json.loads(json.dumps(settings.to_json()))
+    assert run_request(manifest_settings, "/b/lib/r1-0000.so", "/b/reference/k",
+                       "cuda") == local
