@@ -195,6 +195,11 @@ def run_module(run: dict, inputs: list[np.ndarray], out_specs) -> list[np.ndarra
     else:
         exe = tvm.compile(mod, target=tvm.target.Target(run["target"]))
     dev = tvm.device(run["device"], 0)
+    if run["device"] != "cpu" and not dev.exist:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise RuntimeError(f"no {run['device']} device is visible to this process"
+                           + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None
+                              else ""))
     args = [tvm.runtime.tensor(a, dev) for a in inputs]
     outs = [tvm.runtime.tensor(poison(s), dev) for s in out_specs]
     exe["main"](*args, *outs)
