@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from support.cuda_standin import build_standin, gpu_machine_env
+from support.cuda_standin import SHARED_OVERFLOW_SCHEDULE, build_standin, gpu_machine_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -290,20 +290,7 @@ BUILDER = textwrap.dedent("""
     from autosched.target import resolve_target
     from autosched.workload import load_tasks
     from search_space import generate_space
-    """) + SCHEDULE + textwrap.dedent("""
-    import tvm
-    from tvm import te
-    a = te.placeholder((65536,), name="a")
-    b = te.compute((65536,), lambda i: a[i] * 2, name="b")
-    sch = tvm.s_tir.Schedule(te.create_prim_func([a, b]))
-    block = sch.get_sblock("b")
-    bx, _, tx = sch.split(sch.get_loops(block)[0], [1, 64, 1024])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
-    shared = sch.cache_read(block, 0, "shared")   # 256 KiB: more than any GPU has
-    sch.compute_at(shared, bx)
-    _, t = sch.split(sch.get_loops(shared)[-1], [None, 1024])
-    sch.bind(t, "threadIdx.x")
+    """) + SCHEDULE + SHARED_OVERFLOW_SCHEDULE + textwrap.dedent("""
     target = resolve_target(json.dumps({"kind": "cuda", "arch": "sm_90a",
                                         "max_shared_memory_per_block": 1 << 20}))
     task = load_tasks(sys.argv[1], arg_items=["M=64", "N=32", "K=48"])[0]

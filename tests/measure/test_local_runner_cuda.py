@@ -4,14 +4,13 @@ candidate; a machine that cannot run CUDA at all stops the run (InfrastructureEr
 without a result."""
 from __future__ import annotations
 
-import ctypes
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from support.cuda_standin import build_standin, gpu_machine_env
+from support.cuda_standin import build_standin, driver_installed, gpu_machine_env
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ILLEGAL_ADDRESS = ("cuda_error:700:cudaErrorIllegalAddress:an illegal memory access was "
@@ -103,15 +102,7 @@ def _run_cuda_candidate(tmp_path, child_env, env):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _driver_installed() -> bool:
-    try:
-        ctypes.CDLL("libcuda.so.1")
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(_driver_installed(), reason="this machine has an NVIDIA driver")
+@pytest.mark.skipif(driver_installed(), reason="this machine has an NVIDIA driver")
 def test_no_driver_stops_the_run_with_one_line(tmp_path, child_env):
     out = _run_cuda_candidate(tmp_path, child_env, {})
     assert "results" not in out and out["worker"] is None

@@ -3,13 +3,12 @@ real llvm kernel runs, is checked and timed, a wrong kernel is a wrong answer, a
 machine without a usable CUDA device is an infrastructure reply, never a result."""
 from __future__ import annotations
 
-import ctypes
 import json
 import subprocess
 import sys
 
 import pytest
-from support.cuda_standin import build_standin, gpu_machine_env
+from support.cuda_standin import build_standin, driver_installed, gpu_machine_env
 
 # Put first in the child: `tvm` is found (its lib/ folder holds the runtime libraries)
 # but importing it, or any submodule, fails.
@@ -97,15 +96,7 @@ def test_a_library_that_does_not_load_is_the_candidates_run_error(built, child_e
     assert "restart" not in reply  # a CPU failure leaves the worker usable
 
 
-def _driver_installed() -> bool:
-    try:
-        ctypes.CDLL("libcuda.so.1")
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(_driver_installed(), reason="this machine has an NVIDIA driver")
+@pytest.mark.skipif(driver_installed(), reason="this machine has an NVIDIA driver")
 def test_without_a_driver_cuda_is_an_infrastructure_failure(built, child_env):
     (reply,) = _run_without_compiler([_request(built, "plain", device="cuda")], child_env)
     assert reply["infrastructure"] is True and "kind" not in reply

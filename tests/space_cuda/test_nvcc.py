@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.cuda_standin import SHARED_OVERFLOW_SCHEDULE
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,21 +56,8 @@ SAMPLES = textwrap.dedent("""
     print("RESULT", json.dumps(out))
 """)
 
-SHARED_OVERFLOW = textwrap.dedent("""
-    import tvm
-    from tvm import te
+SHARED_OVERFLOW = SHARED_OVERFLOW_SCHEDULE + textwrap.dedent("""
     from autosched.measure.cuda_compile import CudaCompileError, build_cuda
-    a = te.placeholder((65536,), name="a")
-    b = te.compute((65536,), lambda i: a[i] * 2, name="b")
-    sch = tvm.s_tir.Schedule(te.create_prim_func([a, b]))
-    block = sch.get_sblock("b")
-    bx, _, tx = sch.split(sch.get_loops(block)[0], [1, 64, 1024])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
-    shared = sch.cache_read(block, 0, "shared")   # 256 KiB: more than any GPU has
-    sch.compute_at(shared, bx)
-    _, t = sch.split(sch.get_loops(shared)[-1], [None, 1024])
-    sch.bind(t, "threadIdx.x")
     for mod in (sch.mod, te.create_prim_func([a, b])):
         try:
             build_cuda(mod, {"kind": "cuda", "arch": "sm_90a",

@@ -76,3 +76,33 @@ def gpu_machine_env(directory: str, base: dict | None = None) -> dict:
     paths = [directory, cuda_toolkit_lib() or "", env.get("LD_LIBRARY_PATH", "")]
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in paths if p)
     return env
+
+
+def driver_installed() -> bool:
+    """Whether this machine has an NVIDIA driver (`libcuda.so.1` loads)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(SONAME)
+        return True
+    except OSError:
+        return False
+
+
+# Python source (for a subprocess script) that makes `sch`: a CUDA schedule of a 64K
+# element scale whose 256 KiB shared-memory stage no GPU has, so ptxas rejects it.
+SHARED_OVERFLOW_SCHEDULE = '''
+import tvm
+from tvm import te
+a = te.placeholder((65536,), name="a")
+b = te.compute((65536,), lambda i: a[i] * 2, name="b")
+sch = tvm.s_tir.Schedule(te.create_prim_func([a, b]))
+block = sch.get_sblock("b")
+bx, _, tx = sch.split(sch.get_loops(block)[0], [1, 64, 1024])
+sch.bind(bx, "blockIdx.x")
+sch.bind(tx, "threadIdx.x")
+shared = sch.cache_read(block, 0, "shared")   # 256 KiB: more than any GPU has
+sch.compute_at(shared, bx)
+_, t = sch.split(sch.get_loops(shared)[-1], [None, 1024])
+sch.bind(t, "threadIdx.x")
+'''
