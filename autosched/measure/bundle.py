@@ -123,7 +123,7 @@ class _RoundRunner:
     def _ready_worker(self) -> WorkerProcess:
         if self._worker is None or not self._worker.alive():
             self.close()
-            self._worker = WorkerProcess("bundle", self.log_dir)
+            self._worker = WorkerProcess("run", self.log_dir)
             try:
                 self._worker.wait_ready()
             except BaseException:

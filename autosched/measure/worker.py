@@ -38,13 +38,13 @@ HANDLERS = {
     "run": "autosched.measure.run_job:run_job",
     "rpc": "autosched.measure.rpc_session:run_job",
     "reference": "autosched.measure.reference_job:reference_job",
-    "bundle": "autosched.measure.run_job:run_job",
     "bundle_reference": "autosched.measure.bundle_reference:reference_kernel_job",
 }
-PRELOAD = ("tvm",)
-# Roles that run where only TVM's runtime is installed (a bundle's measuring machine):
-# nothing is preloaded, the handler imports what it needs.
-RUNTIME_ONLY = ("bundle", "bundle_reference")
+# What a role imports before it says ready, so start-up never eats into a timeout. The
+# roles that only run kernels need TVM's runtime, not its compiler (which is absent on a
+# bundle's measuring machine, and slow to import): they load the runtime themselves.
+PRELOAD = {"build": ("tvm",), "rpc": ("tvm",), "reference": ("tvm",),
+           "run": ("tvm_ffi", "numpy"), "bundle_reference": ("tvm_ffi", "numpy")}
 STARTUP_TIMEOUT = 180.0  # importing TVM on a loaded machine can be slow
 _LOG_TAIL = 1500
 
@@ -263,8 +263,7 @@ def serve(role: str) -> None:
     os.dup2(2, 1)  # stray prints from libraries go to the log, not the protocol
     module_name, func_name = HANDLERS[role].split(":")
     handler = getattr(importlib.import_module(module_name), func_name)
-    preload = () if role in RUNTIME_ONLY else PRELOAD
-    for heavy in preload:  # before "ready", so start-up never eats into a timeout
+    for heavy in PRELOAD[role]:
         importlib.import_module(heavy)
     import faulthandler
 
