@@ -16,11 +16,9 @@ from pathlib import Path
 import pytest
 from support.bundles import measure, measure_cmd, measure_env
 
-from autosched.components import parse_runner, runner_factory
 from autosched.db import open_database
-from autosched.errors import UserError
 from autosched.measure import MeasureResult, MeasureSettings
-from autosched.measure.bundle_format import BundleError, one_machine, read_results
+from autosched.measure.bundle_format import read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 MATMUL = str(ROOT / "examples" / "matmul.py")
@@ -70,55 +68,6 @@ def bundle(round_one, tmp_path):
     shutil.copytree(src, tmp_path / "b")
     shutil.copytree(work / "reference", tmp_path / "work" / "reference")
     return tmp_path / "b", tmp_path / "work"
-
-
-def test_runner_names_and_bad_directories(tmp_path):
-    assert parse_runner("bundle:/data/round") == ("bundle", "/data/round")
-    assert parse_runner("bundle:") == ("bundle", "")
-    make = runner_factory
-    (tmp_path / "file").write_text("x")
-    (tmp_path / "home").mkdir()
-    (tmp_path / "home" / "notes.txt").write_text("x")
-    for name, message in [("bundle:", "needs a directory"),
-                          (f"bundle:{tmp_path / 'file'}", "not a directory"),
-                          (f"bundle:{tmp_path / 'home'}",
-                           "neither empty nor a bundle (it holds 'notes.txt')")]:
-        with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
-            make(name)(MeasureSettings(), str(tmp_path / "w"), str(tmp_path / "s"))
-    assert sorted(os.listdir(tmp_path / "home")) == ["notes.txt"]  # nothing written there
-
-
-def test_results_from_two_machines_are_refused():
-    a = {"id": "r1-0000", "hardware": {"device": "cpu", "model": "A"}, "host": "h1"}
-    b = {"id": "r1-0001", "hardware": {"device": "cpu", "model": "B"}, "host": "h2"}
-    assert one_machine([a, dict(a, id="r1-0002")], "d") == a["hardware"]
-    assert one_machine([], "d") is None
-    with pytest.raises(BundleError, match="r1-0000 and r1-0001 were measured on different "
-                                          "machines"):
-        one_machine([a, b], "d")
-
-
-def test_one_process_works_on_a_bundle_at_a_time(tmp_path):
-    from autosched.measure.bundle_format import BundleLock
-
-    with BundleLock(str(tmp_path)):
-        with pytest.raises(BundleError, match="another process is working on this bundle"):
-            BundleLock(str(tmp_path)).acquire()
-    with BundleLock(str(tmp_path)):  # released at the end of the block
-        pass
-
-
-def test_measuring_what_is_not_a_bundle_exits_2(tmp_path):
-    (tmp_path / "empty").mkdir()
-    (tmp_path / "broken").mkdir()
-    (tmp_path / "broken" / "manifest.json").write_text("{not json")
-    cases = {"missing": "no such bundle directory", "empty": "not a bundle (no manifest.json)",
-             "broken": "manifest.json is not a bundle manifest"}
-    for name, message in cases.items():
-        proc = measure(tmp_path / name, tmp_path)
-        assert proc.returncode == 2, (name, proc.stderr)
-        assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
-        assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow
@@ -433,20 +382,3 @@ def test_crashing_hanging_and_wrong_kernels_are_their_own_results(bundle, tmp_pa
     assert "killed by signal 11 (SIGSEGV)" in results["r1-0001"]["error_msg"]
     assert results["r1-0002"]["error_msg"] == "run did not finish within 3s; worker killed"
     assert "output C:" in results["r1-0003"]["error_msg"]
-
-
-def test_the_local_runner_and_the_bundle_ask_the_run_worker_alike():
-    """One request builder: the bundle reads its settings back from the manifest's JSON
-    and asks for exactly what the local runner asks for with the same settings."""
-    from autosched.measure.run_job import run_request
-
-    settings = MeasureSettings(number=7, repeat=2, min_repeat_ms=3, warmup=4,
-                               check_correctness=False, flush_l2=False, stream="default")
-    local = run_request(settings, "/b/lib/r1-0000.so", "/b/reference/k", "cuda")
-    assert local == {"lib": "/b/lib/r1-0000.so", "reference": "/b/reference/k",
-                     "device": "cuda", "warmup": 4, "number": 7, "repeat": 2,
-                     "min_repeat_ms": 3, "check": False, "flush_l2": False,
-                     "stream": "default"}
-    manifest_settings = json.loads(json.dumps(settings.to_json()))
-    assert run_request(manifest_settings, "/b/lib/r1-0000.so", "/b/reference/k",
-                       "cuda") == local
