@@ -16,11 +16,14 @@ from .offload import LayerOffload, OffloadSchedule
 from .planned_layer import PlannedLayer
 
 
-def apply(model, plan, kernels: dict | None = None):
+def apply(model, plan, kernels: dict | None = None, compile: bool = False):
     """Return `model` running under `plan`.
 
     kernels: memory-efficient kernel implementations by kind ({"gelu": Kernel,
-    "layer_norm": Kernel}); the default is the torch reference kernels.
+    "layer_norm": Kernel}); the default is the torch reference kernels. compile: build the
+    result to be passed to `torch.compile` (recompute as checkpoint regions and policies
+    the compiler honours, memory-efficient forms as custom ops, offloaded layers outside
+    the graph; see planned_layer.py); the plan's memory then holds in the compiled model.
     """
     path = plan.model.get("container")
     if path is None:
@@ -37,11 +40,12 @@ def apply(model, plan, kernels: dict | None = None):
             raise UserError(f"layer {lp.name}: unknown action {lp.action!r}")
     kernels = {"gelu": TORCH_GELU, "layer_norm": TORCH_LAYER_NORM, **(kernels or {})}
     return apply_actions(model, plan.actions, path, [lp.attention_cores for lp in plan.layers],
-                         kernels)
+                         kernels, compile=compile)
 
 
 def apply_actions(model, actions: list[str], layers: str | None = None, attention_cores=None,
-                  kernels: dict | None = None, offload_factory=LayerOffload):
+                  kernels: dict | None = None, offload_factory=LayerOffload,
+                  compile: bool = False):
     """Like apply, from a bare list of action names (the baselines use it).
 
     attention_cores: per layer, the submodule names `recompute_attention` checkpoints
@@ -60,5 +64,5 @@ def apply_actions(model, actions: list[str], layers: str | None = None, attentio
     for layer, action, core in zip(find_layers(planned, layers), actions, cores):
         replace_submodule(planned, layer.name, PlannedLayer(
             layer.module, ACTIONS[action], layer.index, schedule, core, kernels,
-            offload_factory))
+            offload_factory, compile))
     return planned

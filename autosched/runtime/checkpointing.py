@@ -43,13 +43,20 @@ def _reporting(policy):
 
 
 def _context_fn(policy):
-    return create_selective_checkpoint_contexts(_reporting(policy))
+    return create_selective_checkpoint_contexts(policy)
 
 
-def selective_checkpoint(fn, *args, policy=save_compute_heavy, **kwargs):
-    """`fn(*args, **kwargs)` with per-op selective recomputation under `policy`."""
+def selective_checkpoint(fn, *args, policy=save_compute_heavy, report: bool = True, **kwargs):
+    """`fn(*args, **kwargs)` with per-op selective recomputation under `policy`.
+
+    report: tell the active meters what the policy's cache holds (eager runs). Under
+    torch.compile the partitioner applies the policy to the graph and the compiled graph
+    saves those outputs through autograd's slots, which the meters' hooks see: there
+    `report=False`, and the policy must be traceable (it is called on fake tensors).
+    """
+    chosen = _reporting(policy) if report else policy
     return checkpoint(fn, *args, use_reentrant=False,
-                      context_fn=functools.partial(_context_fn, policy), **kwargs)
+                      context_fn=functools.partial(_context_fn, chosen), **kwargs)
 
 
 def full_checkpoint(fn, *args, **kwargs):

@@ -3,6 +3,12 @@
 Recomputation goes through checkpointing.py, memory-efficient forms through memeff/,
 offloading through offload.py (its hooks, and the OffloadSchedule shared by a model's
 offloaded layers).
+
+`compile=True` builds the layer for torch.compile: the memory-efficient forms run as custom
+ops (memeff/ops.py), the selective policy is the bare policy (the compiler applies it to
+the graph; the saved tensors of the compiled graph reach the meters' hooks themselves),
+and an offloaded layer runs outside the compiled graph (torch.compiler.disable): its
+saved-tensor hooks and copy streams sit at a region boundary the compiler does not trace.
 """
 from __future__ import annotations
 
@@ -18,6 +24,11 @@ from .module_tree import clone_structure, replace_submodule
 from .offload import HostPool, LayerOffload, OffloadSchedule, prefetch_on_backward
 
 
+def _outside_graph(fn):
+    """`fn` run eagerly even inside a compiled model (a graph break on each side)."""
+    return torch.compiler.disable(fn, recursive=True)
+
+
 class _Checkpointed(nn.Module):
     """A submodule recomputed in backward (non-reentrant checkpoint)."""
 
@@ -29,13 +40,14 @@ class _Checkpointed(nn.Module):
         return full_checkpoint(self.inner, *args, **kwargs)
 
 
-def build_body(module: nn.Module, action: Action, attention_cores=(), kernels=None) -> nn.Module:
+def build_body(module: nn.Module, action: Action, attention_cores=(), kernels=None,
+               compile: bool = False) -> nn.Module:
     """The module a layer runs under `action` (shares all parameters with `module`)."""
     kernels = kernels or {}
     body = module
     if action.memeff:
         body = swap_memeff(body, action.memeff, kernels.get("gelu", TORCH_GELU),
-                           kernels.get("layer_norm", TORCH_LAYER_NORM))
+                           kernels.get("layer_norm", TORCH_LAYER_NORM), ops=compile)
     if action.recompute == "attention":
         body = clone_structure(body) if body is module else body
         for name in attention_cores:
@@ -47,16 +59,18 @@ class PlannedLayer(nn.Module):
     """A layer running under one action. The wrapped module is shared, not copied.
 
     offload_factory makes the saved-tensor hooks of each offloaded forward (LayerOffload's
-    signature); a caller may pass a subclass that observes them.
+    signature); a caller may pass a subclass that observes them. compile: build for
+    torch.compile (the module docstring).
     """
 
     def __init__(self, module: nn.Module, action: Action, index: int,
                  schedule: OffloadSchedule | None = None, attention_cores=(), kernels=None,
-                 offload_factory=LayerOffload):
+                 offload_factory=LayerOffload, compile: bool = False):
         super().__init__()
         self.action_name = action.name
         self.index = index
-        self.body = build_body(module, action, attention_cores, kernels)
+        self.compile = compile
+        self.body = build_body(module, action, attention_cores, kernels, compile)
         self._action = action
         self._schedule = schedule
         self._pool = schedule.pool if schedule is not None else HostPool()
@@ -67,13 +81,15 @@ class PlannedLayer(nn.Module):
         if a.recompute == "full":
             out = full_checkpoint(self.body, *args, **kwargs)
         elif a.recompute == "selective":
-            out = selective_checkpoint(self.body, *args, **kwargs)
+            out = selective_checkpoint(self.body, *args, report=not self.compile, **kwargs)
         elif a.offload and torch.is_grad_enabled():
-            out = self._offloaded(*args, **kwargs)
+            out = (_outside_graph(self._offloaded) if self.compile else self._offloaded)(
+                *args, **kwargs)
         else:
             out = self.body(*args, **kwargs)
         if self._schedule is not None and torch.is_grad_enabled():
-            self._schedule.forward_end(self.index, out)
+            end = self._schedule.forward_end
+            (_outside_graph(end) if self.compile else end)(self.index, out)
         return out
 
     def _offloaded(self, *args, **kwargs):

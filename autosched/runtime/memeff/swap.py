@@ -24,14 +24,14 @@ def swappable(module: nn.Module, kinds=("gelu", "layer_norm")) -> list[str]:
 
 
 def swap_memeff(module: nn.Module, kinds=("gelu", "layer_norm"), gelu_kernel: Kernel = TORCH_GELU,
-                ln_kernel: Kernel = TORCH_LAYER_NORM) -> nn.Module:
+                ln_kernel: Kernel = TORCH_LAYER_NORM, ops: bool = False) -> nn.Module:
     """A structure clone of `module` whose GELU and/or LayerNorm modules (`kinds`) are
-    memory-efficient."""
+    memory-efficient (`ops=True`: the custom-op form torch.compile keeps, see ops.py)."""
     new = clone_structure(module)
     for name in swappable(new, kinds):
         old = new.get_submodule(name)
-        repl = (MemEffGELU(old.approximate, gelu_kernel) if isinstance(old, nn.GELU)
-                else MemEffLayerNorm(old, ln_kernel))
+        repl = (MemEffGELU(old.approximate, gelu_kernel, ops) if isinstance(old, nn.GELU)
+                else MemEffLayerNorm(old, ln_kernel, ops))
         replace_submodule(new, name, repl)
     return new
 
