@@ -24,7 +24,6 @@ tracer reports as the plan's kernels and selective checkpointing always saves.
 """
 from __future__ import annotations
 
-
 import torch
 from torch import Tensor
 

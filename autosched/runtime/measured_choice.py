@@ -1,0 +1,41 @@
+"""Keep plan choices consistent with what they measure: no plan slower than a smaller one.
+
+A plan solved for a budget is chosen from predictions; predictions err. When plans for
+several budgets have been applied and measured, a plan for a larger budget that measures
+slower than a plan for a smaller budget is an error of the predictor, and the remedy is
+plain: the smaller plan also fits the larger budget, so it is the better choice there.
+
+    picks = pareto_consistent([MeasuredPlan(budget, saved, time), ...])
+
+returns, for each entry, the index of the plan to use at its budget: the measured-fastest
+among the plans whose measured saved bytes fit that budget. The chosen times then never
+rise as the budget grows. (No torch here: the measurements come from the caller.)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MeasuredPlan:
+    budget_bytes: int
+    saved_bytes: int          # measured saved-activation bytes of the applied plan
+    time_s: float             # measured step time of the applied plan
+
+
+def pareto_consistent(plans: list[MeasuredPlan]) -> list[int | None]:
+    """Per plan, the index of the measured-fastest plan that fits its budget (None where
+    no measured plan fits, e.g. the plan for it measured over its budget)."""
+    picks = []
+    for p in plans:
+        fitting = [i for i, q in enumerate(plans) if q.saved_bytes <= p.budget_bytes]
+        picks.append(min(fitting, key=lambda i: (plans[i].time_s, plans[i].saved_bytes))
+                     if fitting else None)
+    return picks
+
+
+def inversions(plans: list[MeasuredPlan], tolerance: float = 0.0) -> list[tuple[int, int]]:
+    """(i, j) pairs where plan i, for a larger budget, measures slower than plan j, for a
+    smaller one, by more than `tolerance` (a fraction of j's time)."""
+    return [(i, j) for i, p in enumerate(plans) for j, q in enumerate(plans)
+            if q.budget_bytes < p.budget_bytes and p.time_s > q.time_s * (1 + tolerance)]

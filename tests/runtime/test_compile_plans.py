@@ -1,0 +1,142 @@
+"""Plans under torch.compile: the custom-op memory-efficient forms save exactly their bytes
+in a compiled graph, a compiled plan's saved bytes stay within the plan's budget and its
+gradients equal eager's, selective-policy decisions are exact, and the measured choice is
+Pareto-consistent.
+
+Compiled with the `aot_eager_decomp_partition` backend: AOTAutograd and the min-cut
+partitioner that inductor uses (the saved tensors are the same), without code generation.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import CheckpointPolicy
+
+import autosched.runtime as rt
+from autosched.runtime.apply_plan import apply_actions
+from autosched.runtime.checkpointing import save_compute_heavy
+from autosched.runtime.measured_choice import (
+    MeasuredPlan,
+    inversions,
+    pareto_consistent,
+)
+from autosched.runtime.memeff import MemEffGELU, MemEffLayerNorm
+from autosched.runtime.memeff import ops as memeff_ops
+from autosched.runtime.meter import SavedTensorMeter, model_state
+from autosched.runtime.model_profile import profile_model
+from autosched.runtime.training_step import compute_loss
+
+BACKEND = "aot_eager_decomp_partition"
+MEMEFF_REL = 1e-3          # memory-efficient forms' gradient tolerance (test_plan_api.py)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def saved_bytes(run, inputs, loss_fn, state) -> int:
+    with SavedTensorMeter(state) as meter:
+        loss = compute_loss(run, inputs, loss_fn)
+    loss.backward()
+    meter.release()
+    return meter.device_bytes
+
+
+def max_rel_error(ref, got) -> float:
+    return max(float((got[n] - r).abs().max() / r.abs().max()) for n, r in ref.items())
+
+
+def test_compiled_memeff_gelu_saves_output_and_one_byte_mask():
+    x = torch.randn(64, 48, requires_grad=True)
+    act = torch.compile(MemEffGELU(ops=True), backend=BACKEND)
+    assert saved_bytes(act, (x,), None, []) == 64 * 48 * 4 + 64 * 48
+    ref = torch.nn.functional.gelu(x)
+    torch.testing.assert_close(act(x), ref)
+    (gx,) = torch.autograd.grad(act(x).sum(), x)
+    (rx,) = torch.autograd.grad(ref.sum(), x)
+    torch.testing.assert_close(gx, rx, atol=2e-4, rtol=0)
+
+
+def test_compiled_memeff_layer_norm_saves_output_and_rstd():
+    torch.manual_seed(0)
+    ln = nn.LayerNorm(48)
+    with torch.no_grad():
+        ln.weight.uniform_(0.5, 1.5)
+        ln.bias.uniform_(-0.5, 0.5)
+    lean = torch.compile(MemEffLayerNorm(ln, ops=True), backend=BACKEND)
+    x = torch.randn(64, 48, requires_grad=True)
+    assert saved_bytes(lean, (x,), None, [ln.weight, ln.bias]) == 64 * 48 * 4 + 64 * 4
+    grads = torch.autograd.grad(lean(x).square().sum(), (x, ln.weight, ln.bias))
+    refs = torch.autograd.grad(ln(x).square().sum(), (x, ln.weight, ln.bias))
+    for g, r in zip(grads, refs):
+        torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-4)
+
+
+def test_custom_ops_pass_opcheck():
+    x = torch.randn(8, 16, requires_grad=True)
+    w, b = torch.rand(16) + 0.5, torch.randn(16)
+    k_gelu = memeff_ops.kernel_id("gelu", rt.memeff.TORCH_GELU)
+    k_ln = memeff_ops.kernel_id("layer_norm", rt.memeff.TORCH_LAYER_NORM)
+    torch.library.opcheck(memeff_ops.gelu_op, (x, "none", k_gelu))
+    torch.library.opcheck(memeff_ops.layer_norm_op,
+                          (x, [16], w.requires_grad_(), b.requires_grad_(), 1e-5, k_ln))
+
+
+def test_compiled_mixed_plan_keeps_its_memory_and_gradients(tiny_gpt, grads):
+    model, inputs, loss_fn = tiny_gpt
+    actions = ["memeff", "selective"]
+    cores = [["attn.core"]] * 2
+    eager_plan = apply_actions(model, actions, attention_cores=cores)
+    compiled = torch.compile(apply_actions(model, actions, attention_cores=cores, compile=True),
+                             backend=BACKEND)
+    state = model_state(model)
+    keep = saved_bytes(model, inputs, loss_fn, state)
+    planned = saved_bytes(eager_plan, inputs, loss_fn, state)
+    got = saved_bytes(compiled, inputs, loss_fn, state)
+    assert got <= planned < keep
+    ref = grads(model, model, inputs, loss_fn)
+    assert max_rel_error(ref, grads(model, compiled, inputs, loss_fn)) < MEMEFF_REL
+
+
+@pytest.mark.slow
+def test_plan_applied_for_compile_stays_within_budget(tiny_gpt, grads, bw_path):
+    model, inputs, loss_fn = tiny_gpt
+    profile = profile_model(model, inputs, loss_fn, repeats=1, bandwidth_path=bw_path)
+    ref = grads(model, model, inputs, loss_fn)
+    state = model_state(model)
+    for spec in ("60%", "25%"):
+        torch._dynamo.reset()
+        plan = rt.plan(model, inputs, spec, loss_fn, profile=profile)
+        run = torch.compile(rt.apply(model, plan, compile=True), backend=BACKEND)
+        assert saved_bytes(run, inputs, loss_fn, state) <= plan.budget["bytes"]
+        tol = MEMEFF_REL if any("memeff" in a for a in plan.actions) else 1e-5
+        assert max_rel_error(ref, grads(model, run, inputs, loss_fn)) < tol
+
+
+@pytest.mark.parametrize("op, decision", [
+    (torch.ops.aten.addmm.default, CheckpointPolicy.MUST_SAVE),
+    (torch.ops.aten.bmm.default, CheckpointPolicy.MUST_SAVE),
+    (torch.ops.aten.gelu.default, CheckpointPolicy.PREFER_RECOMPUTE),
+    (torch.ops.aten.native_layer_norm.default, CheckpointPolicy.PREFER_RECOMPUTE),
+    (torch.ops.aten._softmax.default, CheckpointPolicy.PREFER_RECOMPUTE),
+])
+def test_selective_policy_decisions(op, decision):
+    assert save_compute_heavy(None, op) is decision
+
+
+def test_pareto_consistent_choice_and_inversions():
+    mib = 1 << 20
+    plans = [MeasuredPlan(100 * mib, 90 * mib, 0.150),     # 100%
+             MeasuredPlan(60 * mib, 58 * mib, 0.170),      # 60%: slower than the 40% plan
+             MeasuredPlan(40 * mib, 39 * mib, 0.160),      # 40%
+             MeasuredPlan(25 * mib, 26 * mib, 0.140)]      # 25%: measured over its budget
+    assert inversions(plans) == [(0, 3), (1, 2), (1, 3), (2, 3)]
+    assert inversions(plans, tolerance=0.1) == [(1, 3), (2, 3)]
+    assert pareto_consistent(plans) == [3, 3, 3, None]
+    plans[3] = MeasuredPlan(25 * mib, 24 * mib, 0.200)
+    assert pareto_consistent(plans) == [0, 2, 2, 3]
+    assert inversions(plans) == [(1, 2)]
