@@ -11,8 +11,9 @@ width 192, hidden 768, 512 rows; fp32), measured in the same run:
                   b in {1, 0.8, 0.6, 0.4, 0.25, 0.1, 0} (AOTAutograd's knapsack partitioner)
 * plan@p          our plan for p of eager's saved-activation bytes, p in {100, 60, 40, 25}%,
                   applied eagerly (autosched.runtime.apply)
-* plan+compile@p  the same plan applied for compilation (apply(..., compile=True)), then
-                  torch.compile at the default budget
+* plan+compile@p  a plan applied for compilation (apply(..., compile=True)), then
+                  torch.compile at the default budget; where the compiled graph measures over
+                  the budget the plan is solved again below it (fit_by_measurement)
 * plan*@p, plan+compile*@p  the Pareto-consistent choice (measured_choice.py): at each
                   budget the measured-fastest of the plans that fit it
 
@@ -49,13 +50,14 @@ from autosched.runtime.apply_plan import apply
 from autosched.runtime.make_plan import plan as make_plan
 from autosched.runtime.measured_choice import (
     MeasuredPlan,
+    fit_by_measurement,
     inversions,
     pareto_consistent,
 )
 from autosched.runtime.model_profile import profile_model, restrict
 from autosched.runtime.module_tree import clone_structure
 from autosched.runtime.training_step import measure_step, training_step, zero_grads
-from autosched.runtime.units import format_bytes
+from autosched.runtime.units import format_bytes, parse_budget
 
 COMPILE_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.25, 0.1, 0.0)
 PLAN_BUDGETS = ("100%", "60%", "40%", "25%")
@@ -81,13 +83,39 @@ def grad_error(ref, got) -> float:
                for n, r in ref.items())
 
 
+def budget_backend(budget: float):
+    """Inductor with AOTAutograd's activation_memory_budget set while it partitions. A
+    backend of its own per budget: dynamo keeps one compiled entry per backend, so points
+    compiled at different budgets never share a graph."""
+    from torch._inductor.compile_fx import compile_fx
+
+    def backend(gm, example_inputs):
+        with torch._functorch.config.patch(activation_memory_budget=budget):
+            return compile_fx(gm, example_inputs)
+    return backend
+
+
 def compiled(module, budget: float, inputs, loss_fn):
-    """torch.compile(module) compiled now (first step) under `budget`; a structure clone,
-    so every point has its own module objects and its own compiled graph."""
-    c = torch.compile(clone_structure(module))
+    """torch.compile(module) at `budget`, compiled now (one step); a structure clone, so
+    every point has its own module objects."""
+    c = torch.compile(clone_structure(module), backend=budget_backend(budget))
     with torch._functorch.config.patch(activation_memory_budget=budget):
         training_step(c, inputs, loss_fn)
     return c
+
+
+def compiled_plan(model, inputs, loss_fn, profile, budget, kernels):
+    """Our plan applied for compilation and compiled, its measured saved bytes within
+    `budget` (measured_choice.fit_by_measurement); (plan, compiled model, limit used)."""
+    def make(limit):
+        p = make_plan(model, inputs, limit, loss_fn, profile=profile, kernels=kernels)
+        return p, compiled(apply(model, p, kernels, compile=True), 1.0, inputs, loss_fn)
+
+    def measure(run):
+        return measure_step(run, inputs, loss_fn, repeats=1, warmup=0).saved_bytes
+
+    p, run, _, limit = fit_by_measurement(make, measure, budget)
+    return p, run, limit
 
 
 def build_points(model, inputs, loss_fn, profile, kernels):
@@ -98,19 +126,23 @@ def build_points(model, inputs, loss_fn, profile, kernels):
                                     {"method": "compile", "budget": b})
     device_only = restrict(profile, DEVICE_ACTIONS) if profile.device == "cpu" else profile
     for spec in PLAN_BUDGETS:
+        budget = parse_budget(spec, profile.keep_saved_bytes)
         try:
             p = make_plan(model, inputs, spec, loss_fn, profile=device_only, kernels=kernels)
+            points[f"plan@{spec}"] = (apply(model, p, kernels),
+                                      {"method": "plan", **_info(p, spec, budget)})
+            p, run, limit = compiled_plan(model, inputs, loss_fn, device_only, budget, kernels)
         except UserError as e:
             print(f"plan@{spec}: {e}")
             continue
-        info = {"budget": spec, "budget_bytes": p.budget["bytes"], "actions": p.actions,
-                "pred_time_s": p.predicted["step_time_s"],
-                "pred_saved": p.predicted["saved_bytes"]}
-        points[f"plan@{spec}"] = (apply(model, p, kernels), {"method": "plan", **info})
-        points[f"plan+compile@{spec}"] = (
-            compiled(apply(model, p, kernels, compile=True), 1.0, inputs, loss_fn),
-            {"method": "plan+compile", **info})
+        points[f"plan+compile@{spec}"] = (run, {"method": "plan+compile", "limit_bytes": limit,
+                                                **_info(p, spec, budget)})
     return points
+
+
+def _info(p, spec, budget) -> dict:
+    return {"budget": spec, "budget_bytes": budget, "actions": p.actions,
+            "pred_time_s": p.predicted["step_time_s"], "pred_saved": p.predicted["saved_bytes"]}
 
 
 def measure(points, inputs, loss_fn, rounds, steps, clock):
@@ -238,11 +270,14 @@ def plot(rows, path, stamp) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="gpt,mlp", help=f"comma-separated, of {sorted(MODELS)}")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (1: a shared machine's other load does not stall "
+                         "OpenMP barriers)")
     ap.add_argument("--repeats", type=int, default=3, help="profile runs per layer and action")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--clock", default="wall", choices=("cpu", "wall"))
+    ap.add_argument("--clock", default="cpu", choices=("cpu", "wall"),
+                    help="cpu: process CPU time, robust on a shared machine (default)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (offload then allowed)")
     ap.add_argument("--json", help="write the rows and verdicts here")
     ap.add_argument("--png", help="write the Pareto plot here")

@@ -9,7 +9,9 @@ plain: the smaller plan also fits the larger budget, so it is the better choice 
 
 returns, for each entry, the index of the plan to use at its budget: the measured-fastest
 among the plans whose measured saved bytes fit that budget. The chosen times then never
-rise as the budget grows. (No torch here: the measurements come from the caller.)
+rise as the budget grows. `fit_by_measurement` checks an applied plan's measured bytes
+against its budget and solves again below it where they exceed it. (No torch here: the
+measurements come from the caller.)
 """
 from __future__ import annotations
 
@@ -39,3 +41,23 @@ def inversions(plans: list[MeasuredPlan], tolerance: float = 0.0) -> list[tuple[
     smaller one, by more than `tolerance` (a fraction of j's time)."""
     return [(i, j) for i, p in enumerate(plans) for j, q in enumerate(plans)
             if q.budget_bytes < p.budget_bytes and p.time_s > q.time_s * (1 + tolerance)]
+
+
+def fit_by_measurement(make, measure, budget_bytes: int, attempts: int = 3):
+    """A plan whose *measured* saved bytes fit `budget_bytes`, and those bytes.
+
+    make(limit_bytes) -> (plan, runnable) solves and applies a plan for a limit;
+    measure(runnable) -> saved bytes measures it. Where a compiler saves a little more
+    than the profile said (a partitioner's own choices), the limit is lowered by the
+    measured excess and the plan made again, at most `attempts` times. Returns (plan,
+    runnable, saved bytes, limit used); saved may still exceed the budget after the
+    last attempt, which the caller reports.
+    """
+    limit = int(budget_bytes)
+    for _ in range(attempts):
+        plan, run = make(limit)
+        saved = measure(run)
+        if saved <= budget_bytes:
+            break
+        limit -= saved - budget_bytes
+    return plan, run, saved, limit
