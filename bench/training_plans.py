@@ -19,9 +19,10 @@ width 192, hidden 768, 512 rows; fp32), measured in the same run:
 
 Per point: saved-activation bytes (saved-tensor hooks around one forward: they see the
 compiled graph's saved tensors too), the median step time over interleaved rounds, the
-gradients' largest error relative to eager, and for plans the predicted step time
-(compiled plans: the eager prediction times the compiler's measured speed-up on the
-unplanned model, compile@1 / eager). The table reports, per plan+compile point, its time
+gradients' largest error relative to eager, on CUDA torch.cuda.max_memory_allocated, and
+for plans the predicted step time. Eager plans are solved on the eager profile, compiled
+plans on the compiled one (profile_model(compile=True): every layer and action timed
+compiled). The table reports, per plan+compile point, its time
 over torch.compile's fastest point at equal or lower saved bytes; and the bars: saved bytes
 within budget, prediction within 10%, no plan slower than the plan for a smaller budget.
 Compiling takes most of the run (about 25 s a point on two cores).
@@ -118,20 +119,22 @@ def compiled_plan(model, inputs, loss_fn, profile, budget, kernels):
     return p, run, limit
 
 
-def build_points(model, inputs, loss_fn, profile, kernels):
-    """{name: (module, info)} for every point of one model."""
+def build_points(model, inputs, loss_fn, profiles, kernels):
+    """{name: (module, info)} for every point of one model; profiles: (eager, compiled)."""
     points = {"eager": (model, {"method": "eager"})}
     for b in COMPILE_BUDGETS:
         points[f"compile@{b:g}"] = (compiled(model, b, inputs, loss_fn),
                                     {"method": "compile", "budget": b})
-    device_only = restrict(profile, DEVICE_ACTIONS) if profile.device == "cpu" else profile
+    eager_prof, compiled_prof = (restrict(p, DEVICE_ACTIONS) if p.device == "cpu" else p
+                                 for p in profiles)
     for spec in PLAN_BUDGETS:
-        budget = parse_budget(spec, profile.keep_saved_bytes)
+        budget = parse_budget(spec, eager_prof.keep_saved_bytes)
         try:
-            p = make_plan(model, inputs, spec, loss_fn, profile=device_only, kernels=kernels)
+            p = make_plan(model, inputs, spec, loss_fn, profile=eager_prof, kernels=kernels)
             points[f"plan@{spec}"] = (apply(model, p, kernels),
                                       {"method": "plan", **_info(p, spec, budget)})
-            p, run, limit = compiled_plan(model, inputs, loss_fn, device_only, budget, kernels)
+            p, run, limit = compiled_plan(model, inputs, loss_fn, compiled_prof, budget,
+                                          kernels)
         except UserError as e:
             print(f"plan@{spec}: {e}")
             continue
@@ -161,24 +164,34 @@ def run_model(name, args, kernels) -> list[dict]:
     make, make_inputs, loss_fn = MODELS[name]
     model = make().to(args.device)
     inputs = tuple(x.to(args.device) for x in make_inputs())
-    profile = profile_model(model, inputs, loss_fn, allow_offload=args.device != "cpu",
-                            repeats=args.repeats, clock=args.clock, kernels=kernels)
-    print(f"{name}: profiled; eager saves {format_bytes(profile.keep_saved_bytes)}", flush=True)
-    points = build_points(model, inputs, loss_fn, profile, kernels)
+    profiles = [profile_model(model, inputs, loss_fn, allow_offload=args.device != "cpu",
+                              repeats=args.repeats, clock=args.clock, kernels=kernels,
+                              compile=c) for c in (False, True)]
+    print(f"{name}: profiled eager and compiled; eager saves "
+          f"{format_bytes(profiles[0].keep_saved_bytes)}", flush=True)
+    points = build_points(model, inputs, loss_fn, profiles, kernels)
     saved, times = measure(points, inputs, loss_fn, args.rounds, args.steps, args.clock)
     ref = grads(model, inputs, loss_fn, model)
-    speedup = times["compile@1"] / times["eager"]
     rows = []
     for k, (m, info) in points.items():
         row = {"model": name, "point": k, **info, "saved": saved[k], "time_s": times[k],
                "grad_rel_err": grad_error(ref, grads(m, inputs, loss_fn, model))}
-        if info["method"] == "plan+compile":
-            row["pred_time_s"] = info["pred_time_s"] * speedup
+        if args.device.startswith("cuda"):
+            row["peak_allocated"] = peak_allocated(m, inputs, loss_fn)
         if "budget_bytes" in info:
             row["fits"] = saved[k] <= info["budget_bytes"]
             row["pred_err"] = (row["pred_time_s"] - times[k]) / times[k]
         rows.append(row)
     return rows + consistent_rows(rows)
+
+
+def peak_allocated(m, inputs, loss_fn) -> int:
+    """torch.cuda.max_memory_allocated over one step (parameters and gradients included)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    training_step(m, inputs, loss_fn)
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated()
 
 
 def consistent_rows(rows) -> list[dict]:

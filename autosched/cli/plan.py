@@ -33,6 +33,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="torch CPU threads while profiling")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="time measurements in wall time or process CPU time")
+    p.add_argument("--compile", action="store_true",
+                   help="cost the actions compiled with torch.compile (the plan is for "
+                        "torch.compile(autosched.runtime.apply(model, plan, compile=True)))")
     p.add_argument("--memeff-library", metavar="DIR",
                    help="exported library of autosched/runtime/memeff/workloads.py: the "
                         "memory-efficient GELU runs (and is measured with) its fused kernel")
@@ -77,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     offload = {"auto": None, "yes": True, "no": False}[args.allow_offload]
     result = plan(spec.model, spec.inputs, args.memory_budget, spec.loss_fn,
                   layers=args.layers, allow_offload=offload, time_limit_s=args.time_limit,
-                  mip_gap=args.gap, repeats=args.repeats, clock=args.clock, kernels=kernels)
+                  mip_gap=args.gap, repeats=args.repeats, clock=args.clock, kernels=kernels,
+                  compile=args.compile)
     print(result.table())
     if args.output:
         _write_atomic(args.output, result.to_json())

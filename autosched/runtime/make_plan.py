@@ -17,7 +17,7 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
          allow_offload: bool | None = None, actions: list[str] | None = None,
          time_limit_s: float = 10.0, mip_gap: float = 1e-3, repeats: int = 5,
          bandwidth_path=None, profile=None, kernel_ids: dict | None = None,
-         clock: str = "wall", kernels: dict | None = None) -> Plan:
+         clock: str = "wall", kernels: dict | None = None, compile: bool = False) -> Plan:
     """Profile `model` on `example_inputs` and choose an action per layer within the budget.
 
     memory_budget: bytes, or a string "2GiB" / "512MiB" / "1.5GB" / "60%" (a percentage of
@@ -28,6 +28,8 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
     "wall" or "cpu" time for the measurements (see training_step.clock_fn). kernels: the
     memory-efficient kernels by kind (memeff.memeff_library_kernels); the plan is
     measured with them and must be applied with the same (`apply(model, plan, kernels)`).
+    compile: cost the actions as torch.compile runs them (model_profile.py); the plan is
+    then meant for `torch.compile(apply(model, plan, compile=True))`.
     """
     from .layers import find_layers, layers_fingerprint
     from .model_profile import profile_model
@@ -42,7 +44,8 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
             allow_offload = _on_cuda(model)
         profile = profile_model(model, inputs, loss_fn, layers=layers, actions=actions,
                                 allow_offload=allow_offload, repeats=repeats,
-                                bandwidth_path=bandwidth_path, clock=clock, kernels=kernels)
+                                bandwidth_path=bandwidth_path, clock=clock, kernels=kernels,
+                                compile=compile)
     budget = parse_budget(memory_budget, profile.keep_saved_bytes)
     solution = solve(profile, budget, time_limit_s, mip_gap)
     found = find_layers(model, profile.container)
@@ -74,7 +77,7 @@ def build_plan(model, profile, solution, budget: int, spec: str, fp: str, kernel
     return Plan(
         model={"class": type(model).__name__, "fingerprint": fp,
                "container": profile.container, "layer_rule": profile.layer_rule,
-               "layers": len(layers)},
+               "layers": len(layers), "compiled_with": profile.compiled_with},
         device=profile.device,
         budget={"bytes": int(budget), "spec": spec},
         reference={"saved_bytes": profile.keep_saved_bytes,

@@ -7,6 +7,14 @@ backward come from the meter (meter.py). The rest of the model (everything outsi
 layers) is measured once: its time is the whole no-checkpoint step minus the layers' keep
 times, its bytes are what the whole step saves outside the layers.
 
+With `compile=True` every layer body runs compiled (torch.compile of the layer applied for
+compilation, see planned_layer.py, each action with its own backend instance so no two
+share a graph) and the rest's time comes from the compiled whole model: the times are
+those of the compiled plan, recompute as the partitioner fuses it. Saved bytes stay the
+eager ones (the compiled graph saves the same, up to the partitioner's small changes,
+which the measured check after applying catches, see measured_choice.py); so does the
+reference (keep) step, the base of percentage budgets.
+
 Storages that cross a layer boundary (a layer's inputs and outputs) are "shared": whoever
 saves one, it is counted once. The profile therefore keeps, per action, the layer's own
 ("internal") bytes and the set of shared storages it saves; the predictor (prediction.py)
@@ -67,6 +75,7 @@ class ModelProfile:
     container: str                 # qualified name of the module whose children are layers
     layer_rule: str
     memeff_kernels: dict = field(default_factory=dict)  # kind -> Kernel.id measured with
+    compiled_with: str | None = None   # the torch.compile backend the times are of, if any
 
 
 def _detached(obj):
@@ -164,27 +173,42 @@ def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
                   actions: list[str] | None = None, allow_offload: bool = False,
                   repeats: int = 5, bandwidth: Bandwidth | None = None,
                   bandwidth_path=None, clock: str = "wall",
-                  kernels: dict | None = None) -> ModelProfile:
+                  kernels: dict | None = None, compile: bool = False,
+                  backend: str = "inductor") -> ModelProfile:
     """Measure everything the planner needs (see the module docstring).
 
     clock: "wall" or "cpu" (see training_step.clock_fn); predictions are in the same clock.
     kernels: the memory-efficient kernels by kind ({"gelu": Kernel}, see
     memeff.library); the memeff actions are measured with them (default: torch's).
+    compile: time the layers and the rest compiled with torch.compile(backend=backend).
     """
     clock_fn(clock)
     found = find_layers(model, layers)
     container, _ = find_container(model, layers)
     saved_grads = {p: p.grad for p in model.parameters()}
     try:
-        return _profile(model, inputs, loss_fn, found, container, layers is not None, actions,
-                        allow_offload, repeats, bandwidth, bandwidth_path, clock, kernels or {})
+        with torch._dynamo.config.patch(recompile_limit=max(
+                64, torch._dynamo.config.recompile_limit)):
+            return _profile(model, inputs, loss_fn, found, container, layers is not None,
+                            actions, allow_offload, repeats, bandwidth, bandwidth_path, clock,
+                            kernels or {}, backend if compile else None)
     finally:
         for p, g in saved_grads.items():
             p.grad = g
 
 
+def own_backend(name: str):
+    """A backend callable of its own for `name`: dynamo keeps compiled entries per backend,
+    so a module compiled with it never reuses a graph compiled for another."""
+    compiler = torch._dynamo.lookup_backend(name)
+
+    def backend(gm, example_inputs):
+        return compiler(gm, example_inputs)
+    return backend
+
+
 def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_offload,
-             repeats, bandwidth, bandwidth_path, clock, kernels) -> ModelProfile:
+             repeats, bandwidth, bandwidth_path, clock, kernels, backend) -> ModelProfile:
     exclude = model_state(model)
     meter = SavedTensorMeter(exclude)
 
@@ -219,22 +243,29 @@ def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_
     device = next((t.device for t in exclude), torch.device("cpu"))
     step = measure_step(model, inputs, loss_fn, repeats=repeats, clock=clock)
     profiles = _profile_layers(found, calls, exclude, shared_ids, out_ids, actions,
-                               allow_offload, repeats, clock_fn(clock), kernels)
+                               allow_offload, repeats, clock_fn(clock), kernels, backend)
     step2 = measure_step(model, inputs, loss_fn, repeats=repeats, clock=clock)
     keep_time = statistics.median(step.times_s + step2.times_s)
-    rest_time = keep_time - sum(p.options["keep"].time_s for p in profiles)
+    whole_time = keep_time
+    if backend is not None:
+        from .module_tree import clone_structure
+
+        whole = torch.compile(clone_structure(model), backend=own_backend(backend))
+        whole_time = measure_step(whole, inputs, loss_fn, repeats=2 * repeats,
+                                  clock=clock).step_time_s
+    rest_time = whole_time - sum(p.options["keep"].time_s for p in profiles)
     bw = bandwidth or host_device_bandwidth(device, bandwidth_path, clock=clock)
     return ModelProfile(profiles, shared_bytes, rest_bytes, frozenset(rest_shared), rest_time,
                         keep_time, keep_bytes, bw, str(device), container,
                         "given" if explicit else "largest ModuleList/Sequential",
-                        {kind: k.id for kind, k in kernels.items()})
+                        {kind: k.id for kind, k in kernels.items()}, backend)
 
 
 def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_offload,
-                    repeats, now, kernels) -> list[LayerProfile]:
+                    repeats, now, kernels, backend=None) -> list[LayerProfile]:
     """Bytes per layer and action; times pooled over layers with the same signature (each
     runs `repeats` times, the median is over all their runs), so identical blocks get the
-    same, steadier, numbers."""
+    same, steadier, numbers. With a backend the timed bodies are compiled with it."""
     info, groups = {}, {}
     for layer in found:
         call = calls[layer.name]
@@ -247,13 +278,19 @@ def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_o
     for members in groups.values():
         for name in info[members[0].name][1]:
             fwd, bwd = [], []
+            timed = None
+            if backend is not None:     # one compile per group: its members time alike
+                first = members[0]
+                timed = torch.compile(PlannedLayer(
+                    first.module, ACTIONS[name], first.index, None, info[first.name][2],
+                    kernels, compile=True), backend=own_backend(backend))
             for layer in members:
                 body = PlannedLayer(layer.module, ACTIONS[name], layer.index, None,
                                     info[layer.name][2], kernels)
                 call = calls[layer.name]
                 saved[layer.name, name] = _saved_by(body, call, exclude, shared_ids,
                                                     out_ids[layer.name])
-                f, b = _time_samples(body, call, repeats, now)
+                f, b = _time_samples(body if timed is None else timed, call, repeats, now)
                 fwd += f
                 bwd += b
             for layer in members:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import runpy
+import sys
 import traceback
+import types
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,8 +30,9 @@ class ModelSpec:
 def _run(path: str) -> dict:
     if not os.path.isfile(path):
         raise UserError(f"model file not found: {path}")
+    name = f"autosched_model_{abs(hash(path))}"
     try:
-        return runpy.run_path(path, run_name=f"autosched_model_{abs(hash(path))}")
+        namespace = runpy.run_path(path, run_name=name)
     except SyntaxError as e:
         raise UserError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
     except UserError:
@@ -37,6 +40,11 @@ def _run(path: str) -> dict:
     except Exception as e:
         raise UserError(f"{path}: error while loading ({_where(e)}): "
                         f"{type(e).__name__}: {_first_line(e)}") from None
+    # torch.compile imports the module a traced class was defined in by its name.
+    module = types.ModuleType(name)
+    module.__dict__.update(namespace)
+    sys.modules[name] = module
+    return namespace
 
 
 def _where(e: BaseException) -> str:

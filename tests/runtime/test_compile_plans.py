@@ -8,6 +8,8 @@ partitioner that inductor uses (the saved tensors are the same), without code ge
 """
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -103,14 +105,24 @@ def test_compiled_mixed_plan_keeps_its_memory_and_gradients(tiny_gpt, grads):
 
 
 @pytest.mark.slow
-def test_plan_applied_for_compile_stays_within_budget(tiny_gpt, grads, bw_path):
+def test_plan_costed_compiled_stays_within_budget_under_compile(tiny_gpt, grads, bw_path, gpt,
+                                                               monkeypatch):
+    # dynamo imports a traced function's module by name: the example must be importable
+    monkeypatch.setitem(sys.modules, gpt.__name__, gpt)
     model, inputs, loss_fn = tiny_gpt
-    profile = profile_model(model, inputs, loss_fn, repeats=1, bandwidth_path=bw_path)
+    eager = profile_model(model, inputs, loss_fn, repeats=1, bandwidth_path=bw_path)
+    profile = profile_model(model, inputs, loss_fn, repeats=1, bandwidth_path=bw_path,
+                            compile=True, backend=BACKEND)
+    assert profile.compiled_with == BACKEND and eager.compiled_with is None
+    for a, b in zip(eager.layers, profile.layers):       # same actions, same eager bytes
+        assert {n: (c.internal_bytes, c.shared) for n, c in a.options.items()} == \
+            {n: (c.internal_bytes, c.shared) for n, c in b.options.items()}
+        assert all(c.fwd_s > 0 and c.bwd_s > 0 for c in b.options.values())
     ref = grads(model, model, inputs, loss_fn)
     state = model_state(model)
     for spec in ("60%", "25%"):
-        torch._dynamo.reset()
         plan = rt.plan(model, inputs, spec, loss_fn, profile=profile)
+        assert plan.model["compiled_with"] == BACKEND
         run = torch.compile(rt.apply(model, plan, compile=True), backend=BACKEND)
         assert saved_bytes(run, inputs, loss_fn, state) <= plan.budget["bytes"]
         tol = MEMEFF_REL if any("memeff" in a for a in plan.actions) else 1e-5
