@@ -14,8 +14,12 @@ width 192, hidden 768, 512 rows; fp32), measured in the same run:
 * plan+compile@p  a plan applied for compilation (apply(..., compile=True)), then
                   torch.compile at the default budget; where the compiled graph measures over
                   the budget the plan is solved again below it (fit_by_measurement)
-* plan*@p, plan+compile*@p  the Pareto-consistent choice (measured_choice.py): at each
-                  budget the measured-fastest of the plans that fit it
+* memeff+partitioner@b  every memory-efficient form (compiled_plans.hybrid_actions) and
+                  AOTAutograd's partitioner at budget b over the rest, b in {1 .. 0.1}
+* plan*@p, plan+compile*@p  the measured choice (measured_choice.py): at each budget the
+                  fastest eager plan that fits it, and the fastest compiled candidate
+                  (plan+compile or memeff+partitioner) that fits it; chosen on the first
+                  half of the timing rounds, reported on the second
 
 Per point: saved-activation bytes (saved-tensor hooks around one forward: they see the
 compiled graph's saved tensors too), the median step time over interleaved rounds, the
@@ -48,9 +52,15 @@ import provenance
 
 from autosched.errors import UserError
 from autosched.runtime.apply_plan import apply
+from autosched.runtime.compiled_plans import (
+    compile_planned,
+    hybrid_actions,
+    partitioner_backend,
+)
 from autosched.runtime.make_plan import plan as make_plan
 from autosched.runtime.measured_choice import (
     MeasuredPlan,
+    fastest_within,
     fit_by_measurement,
     inversions,
     pareto_consistent,
@@ -62,6 +72,7 @@ from autosched.runtime.units import format_bytes, parse_budget
 
 COMPILE_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.25, 0.1, 0.0)
 PLAN_BUDGETS = ("100%", "60%", "40%", "25%")
+HYBRID_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.25, 0.1)
 DEVICE_ACTIONS = ("keep", "memeff_ln", "memeff", "recompute_attention",
                   "recompute_attention+memeff_ln", "recompute_attention+memeff", "selective",
                   "recompute")
@@ -84,24 +95,11 @@ def grad_error(ref, got) -> float:
                for n, r in ref.items())
 
 
-def budget_backend(budget: float):
-    """Inductor with AOTAutograd's activation_memory_budget set while it partitions. A
-    backend of its own per budget: dynamo keeps one compiled entry per backend, so points
-    compiled at different budgets never share a graph."""
-    from torch._inductor.compile_fx import compile_fx
-
-    def backend(gm, example_inputs):
-        with torch._functorch.config.patch(activation_memory_budget=budget):
-            return compile_fx(gm, example_inputs)
-    return backend
-
-
 def compiled(module, budget: float, inputs, loss_fn):
-    """torch.compile(module) at `budget`, compiled now (one step); a structure clone, so
-    every point has its own module objects."""
-    c = torch.compile(clone_structure(module), backend=budget_backend(budget))
-    with torch._functorch.config.patch(activation_memory_budget=budget):
-        training_step(c, inputs, loss_fn)
+    """torch.compile(module) at partitioner budget `budget`, compiled now (one step); a
+    structure clone, so every point has its own module objects."""
+    c = torch.compile(clone_structure(module), backend=partitioner_backend(budget))
+    training_step(c, inputs, loss_fn)
     return c
 
 
@@ -110,7 +108,9 @@ def compiled_plan(model, inputs, loss_fn, profile, budget, kernels):
     `budget` (measured_choice.fit_by_measurement); (plan, compiled model, limit used)."""
     def make(limit):
         p = make_plan(model, inputs, limit, loss_fn, profile=profile, kernels=kernels)
-        return p, compiled(apply(model, p, kernels, compile=True), 1.0, inputs, loss_fn)
+        run = compile_planned(model, p, kernels)
+        training_step(run, inputs, loss_fn)
+        return p, run
 
     def measure(run):
         return measure_step(run, inputs, loss_fn, repeats=1, warmup=0).saved_bytes
@@ -140,6 +140,14 @@ def build_points(model, inputs, loss_fn, profiles, kernels):
             continue
         points[f"plan+compile@{spec}"] = (run, {"method": "plan+compile", "limit_bytes": limit,
                                                 **_info(p, spec, budget)})
+    hybrid = hybrid_actions(compiled_prof)
+    cores = [layer.attention_cores for layer in compiled_prof.layers]
+    for b in HYBRID_BUDGETS:
+        run = compile_planned(model, hybrid, kernels, memory_budget=b,
+                              layers=compiled_prof.container, attention_cores=cores)
+        training_step(run, inputs, loss_fn)
+        points[f"memeff+partitioner@{b:g}"] = (run, {"method": "memeff+partitioner",
+                                                     "budget": b, "actions": hybrid})
     return points
 
 
@@ -149,15 +157,22 @@ def _info(p, spec, budget) -> dict:
 
 
 def measure(points, inputs, loss_fn, rounds, steps, clock):
-    """Saved bytes (one metered step) and median time over interleaved rounds."""
+    """Saved bytes (one metered step) and two medians over interleaved rounds: of the
+    first half of the rounds (what choices are made on) and of the second (what is
+    reported), so a choice's luck in its own measurement does not flatter the report."""
     saved = {k: measure_step(m, inputs, loss_fn, repeats=1, warmup=1, clock=clock).saved_bytes
              for k, (m, _) in points.items()}
     times = {k: [] for k in points}
     for _ in range(rounds):
         for k, (m, _) in points.items():
-            times[k] += measure_step(m, inputs, loss_fn, repeats=steps, warmup=0,
-                                     clock=clock).times_s
-    return saved, {k: statistics.median(v) for k, v in times.items()}
+            times[k].append(measure_step(m, inputs, loss_fn, repeats=steps, warmup=0,
+                                         clock=clock).times_s)
+    half = rounds // 2
+
+    def med(v):
+        return statistics.median([t for r in v for t in r])
+    return saved, {k: med(v[:half]) for k, v in times.items()}, \
+        {k: med(v[half:]) for k, v in times.items()}
 
 
 def run_model(name, args, kernels) -> list[dict]:
@@ -170,11 +185,13 @@ def run_model(name, args, kernels) -> list[dict]:
     print(f"{name}: profiled eager and compiled; eager saves "
           f"{format_bytes(profiles[0].keep_saved_bytes)}", flush=True)
     points = build_points(model, inputs, loss_fn, profiles, kernels)
-    saved, times = measure(points, inputs, loss_fn, args.rounds, args.steps, args.clock)
+    saved, chosen_on, times = measure(points, inputs, loss_fn, args.rounds, args.steps,
+                                      args.clock)
     ref = grads(model, inputs, loss_fn, model)
     rows = []
     for k, (m, info) in points.items():
         row = {"model": name, "point": k, **info, "saved": saved[k], "time_s": times[k],
+               "choice_time_s": chosen_on[k],
                "grad_rel_err": grad_error(ref, grads(m, inputs, loss_fn, model))}
         if args.device.startswith("cuda"):
             row["peak_allocated"] = peak_allocated(m, inputs, loss_fn)
@@ -195,19 +212,27 @@ def peak_allocated(m, inputs, loss_fn) -> int:
 
 
 def consistent_rows(rows) -> list[dict]:
-    """The Pareto-consistent choice per plan family, as extra rows (`plan*`)."""
+    """The measured choice per budget, as extra rows, made on the first half of the rounds:
+    `plan*` the fastest eager plan that fits (pareto_consistent), `plan+compile*` the
+    fastest compiled candidate that fits (our compiled plans and memeff+partitioner)."""
     out = []
-    for method in ("plan", "plan+compile"):
-        fam = [r for r in rows if r["method"] == method]
-        picks = pareto_consistent([MeasuredPlan(r["budget_bytes"], r["saved"], r["time_s"])
-                                   for r in fam])
-        for r, i in zip(fam, picks):
-            if i is not None:
-                out.append({**fam[i], "point": f"{method}*@{r['budget']}", "method": method + "*",
-                            "budget": r["budget"], "budget_bytes": r["budget_bytes"],
-                            "chosen": fam[i]["point"],
-                            "fits": fam[i]["saved"] <= r["budget_bytes"]})
+    fam = [r for r in rows if r["method"] == "plan"]
+    picks = pareto_consistent([MeasuredPlan(r["budget_bytes"], r["saved"], r["choice_time_s"])
+                               for r in fam])
+    out += [_chosen(fam[i], r, "plan*") for r, i in zip(fam, picks) if i is not None]
+    cands = [r for r in rows if r["method"] in ("plan+compile", "memeff+partitioner")]
+    measured = [MeasuredPlan(0, r["saved"], r["choice_time_s"]) for r in cands]
+    for r in (r for r in rows if r["method"] == "plan+compile"):
+        i = fastest_within(measured, r["budget_bytes"])
+        if i is not None:
+            out.append(_chosen(cands[i], r, "plan+compile*"))
     return out
+
+
+def _chosen(pick, target, method) -> dict:
+    return {**pick, "point": f"{method}@{target['budget']}", "method": method,
+            "budget": target["budget"], "budget_bytes": target["budget_bytes"],
+            "chosen": pick["point"], "fits": pick["saved"] <= target["budget_bytes"]}
 
 
 def verdicts(rows) -> dict:
@@ -221,16 +246,19 @@ def verdicts(rows) -> dict:
             peers = [c["time_s"] for c in comp if c["saved"] <= r["saved"]]
             ratios[r["budget"]] = r["time_s"] / min(peers) if peers else None
         plans = [r for r in mine if r["method"] in ("plan", "plan+compile")]
-        raw_inv = {m: inversions([MeasuredPlan(r["budget_bytes"], r["saved"], r["time_s"])
-                                  for r in plans if r["method"] == m]) for m in
-                   ("plan", "plan+compile")}
+        inv = {m: len(inversions([MeasuredPlan(r["budget_bytes"], r["saved"], r["time_s"])
+                                  for r in mine if r["method"] == m]))
+               for m in ("plan", "plan+compile", "plan*", "plan+compile*")}
+        chosen = [r for r in mine if r["method"] in ("plan*", "plan+compile*")]
         out[name] = {
             "ratio_vs_best_compile_at_equal_or_lower_saved": ratios,
             "ratio_le_0.95_count": sum(1 for v in ratios.values() if v is not None and v <= .95),
             "ratio_all_le_1.02": all(v is not None and v <= 1.02 for v in ratios.values()),
-            "all_fit": all(r["fits"] for r in plans),
+            "all_fit": all(r["fits"] for r in plans + chosen),
             "max_abs_pred_err": max(abs(r["pred_err"]) for r in plans),
-            "raw_plan_inversions": {m: len(v) for m, v in raw_inv.items()},
+            "max_abs_pred_err_chosen": max((abs(r["pred_err"]) for r in chosen
+                                            if "pred_err" in r), default=None),
+            "inversions": inv,
             "max_grad_rel_err": max(r["grad_rel_err"] for r in mine),
         }
     return out
@@ -262,7 +290,7 @@ def plot(rows, path, stamp) -> None:
     names = sorted({r["model"] for r in rows})
     fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4.5), squeeze=False)
     style = {"eager": ("k", "s"), "compile": ("tab:blue", "o"), "plan": ("tab:orange", "^"),
-             "plan+compile*": ("tab:red", "D")}
+             "memeff+partitioner": ("tab:green", "v"), "plan+compile*": ("tab:red", "D")}
     for ax, name in zip(axes[0], names):
         for method, (color, marker) in style.items():
             pts = sorted((r["saved"] / 2 ** 20, r["time_s"] * 1e3) for r in rows
@@ -287,7 +315,9 @@ def main(argv=None) -> int:
                     help="torch threads (1: a shared machine's other load does not stall "
                          "OpenMP barriers)")
     ap.add_argument("--repeats", type=int, default=3, help="profile runs per layer and action")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4,
+                    help="interleaved timing rounds: choices use the first half, the "
+                         "report the second")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--clock", default="cpu", choices=("cpu", "wall"),
                     help="cpu: process CPU time, robust on a shared machine (default)")

@@ -28,12 +28,7 @@ class MeasuredPlan:
 def pareto_consistent(plans: list[MeasuredPlan]) -> list[int | None]:
     """Per plan, the index of the measured-fastest plan that fits its budget (None where
     no measured plan fits, e.g. the plan for it measured over its budget)."""
-    picks = []
-    for p in plans:
-        fitting = [i for i, q in enumerate(plans) if q.saved_bytes <= p.budget_bytes]
-        picks.append(min(fitting, key=lambda i: (plans[i].time_s, plans[i].saved_bytes))
-                     if fitting else None)
-    return picks
+    return [fastest_within(plans, p.budget_bytes) for p in plans]
 
 
 def inversions(plans: list[MeasuredPlan], tolerance: float = 0.0) -> list[tuple[int, int]]:
@@ -61,3 +56,11 @@ def fit_by_measurement(make, measure, budget_bytes: int, attempts: int = 3):
             break
         limit -= saved - budget_bytes
     return plan, run, saved, limit
+
+
+def fastest_within(plans: list[MeasuredPlan], budget_bytes: int) -> int | None:
+    """Index of the measured-fastest plan whose measured saved bytes fit `budget_bytes`
+    (whatever budget it was made for), or None."""
+    fitting = [i for i, p in enumerate(plans) if p.saved_bytes <= budget_bytes]
+    return min(fitting, key=lambda i: (plans[i].time_s, plans[i].saved_bytes)) \
+        if fitting else None

@@ -18,8 +18,10 @@ from torch.utils.checkpoint import CheckpointPolicy
 import autosched.runtime as rt
 from autosched.runtime.apply_plan import apply_actions
 from autosched.runtime.checkpointing import save_compute_heavy
+from autosched.runtime.compiled_plans import compile_planned, hybrid_actions
 from autosched.runtime.measured_choice import (
     MeasuredPlan,
+    fastest_within,
     inversions,
     pareto_consistent,
 )
@@ -152,3 +154,26 @@ def test_pareto_consistent_choice_and_inversions():
     plans[3] = MeasuredPlan(25 * mib, 24 * mib, 0.200)
     assert pareto_consistent(plans) == [0, 2, 2, 3]
     assert inversions(plans) == [(1, 2)]
+
+
+def test_fastest_within_ignores_what_each_plan_was_made_for():
+    plans = [MeasuredPlan(0, 30, 0.10), MeasuredPlan(0, 20, 0.12), MeasuredPlan(0, 20, 0.11)]
+    assert [fastest_within(plans, b) for b in (10, 20, 25, 30)] == [None, 2, 2, 0]
+
+
+def test_memeff_with_partitioner_budget_saves_less_and_keeps_gradients(tiny_gpt, grads,
+                                                                       bw_path):
+    model, inputs, loss_fn = tiny_gpt
+    profile = profile_model(model, inputs, loss_fn, repeats=1, bandwidth_path=bw_path,
+                            actions=["keep", "memeff", "memeff_ln"])
+    hybrid = hybrid_actions(profile)
+    assert hybrid == ["memeff", "memeff"]
+    state = model_state(model)
+    keep = saved_bytes(compile_planned(model, ["keep"] * 2, backend=BACKEND), inputs,
+                       loss_fn, state)
+    full = compile_planned(model, hybrid, backend=BACKEND)
+    half = compile_planned(model, hybrid, memory_budget=0.5, backend=BACKEND)
+    at_full, at_half = (saved_bytes(m, inputs, loss_fn, state) for m in (full, half))
+    assert at_half < at_full < keep
+    ref = grads(model, model, inputs, loss_fn)
+    assert max_rel_error(ref, grads(model, half, inputs, loss_fn)) < MEMEFF_REL

@@ -1,0 +1,61 @@
+"""Plans compiled with torch.compile, alone or together with AOTAutograd's partitioner.
+
+    run = compile_planned(model, plan)                         # plan's memory, compiled
+    run = compile_planned(model, actions, memory_budget=0.6)   # plan + partitioner budget
+
+A plan applied for compilation (apply(..., compile=True)) fixes what the partitioner
+cannot choose itself: the memory-efficient forms change *how* an activation is saved
+(a GELU's output and a 1-byte mask instead of its input), checkpoint regions and policies
+fix what is recomputed. The partitioner's own knapsack
+(torch._functorch.config.activation_memory_budget) may then decide, over what is left,
+what else to recompute. `hybrid_actions` is the plan that takes every memory-efficient
+form and recomputes nothing, the natural partner of a partitioner budget.
+
+Which combination is fastest within a budget is a measured question:
+measured_choice.fastest_within picks among measured candidates.
+"""
+from __future__ import annotations
+
+import torch
+
+from .apply_plan import apply, apply_actions
+from .module_tree import clone_structure
+
+
+def partitioner_backend(memory_budget: float, backend: str = "inductor"):
+    """`backend` with activation_memory_budget set while AOTAutograd partitions.
+
+    A callable of its own on every call: dynamo keeps compiled entries per backend, so two
+    models compiled at different budgets never share a graph (with one backend they can:
+    dynamo's guards do not see the config)."""
+    compiler = torch._dynamo.lookup_backend(backend)
+
+    def compile_at_budget(gm, example_inputs):
+        with torch._functorch.config.patch(activation_memory_budget=memory_budget):
+            return compiler(gm, example_inputs)
+    return compile_at_budget
+
+
+def compile_planned(model, plan_or_actions, kernels: dict | None = None,
+                    memory_budget: float = 1.0, backend: str = "inductor", layers=None,
+                    attention_cores=None):
+    """torch.compile of `model` under a Plan (or a list of action names) applied for
+    compilation, partitioned at `memory_budget` (1: the partitioner saves what the plan
+    leaves; lower: it also recomputes within that fraction). Parameters are shared."""
+    if isinstance(plan_or_actions, list):
+        planned = apply_actions(model, plan_or_actions, layers, attention_cores, kernels,
+                                compile=True)
+    else:
+        planned = apply(model, plan_or_actions, kernels, compile=True)
+    return torch.compile(clone_structure(planned) if planned is model else planned,
+                         backend=partitioner_backend(memory_budget, backend))
+
+
+def hybrid_actions(profile) -> list[str]:
+    """Per layer, the memory-efficient form that frees the most and recomputes nothing
+    ("memeff", else "memeff_ln", else "keep"), of the actions the profile offers it."""
+    out = []
+    for layer in profile.layers:
+        forms = [n for n in ("memeff", "memeff_ln") if n in layer.options]
+        out.append(forms[0] if forms else "keep")
+    return out
