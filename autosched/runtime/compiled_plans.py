@@ -9,7 +9,8 @@ cannot choose itself: the memory-efficient forms change *how* an activation is s
 fix what is recomputed. The partitioner's own knapsack
 (torch._functorch.config.activation_memory_budget) may then decide, over what is left,
 what else to recompute. `hybrid_actions` is the plan that takes every memory-efficient
-form and recomputes nothing, the natural partner of a partitioner budget.
+form that costs (almost) nothing and recomputes nothing, the natural partner of a
+partitioner budget.
 
 Which combination is fastest within a budget is a measured question:
 measured_choice.fastest_within picks among measured candidates.
@@ -51,11 +52,15 @@ def compile_planned(model, plan_or_actions, kernels: dict | None = None,
                          backend=partitioner_backend(memory_budget, backend))
 
 
-def hybrid_actions(profile) -> list[str]:
+def hybrid_actions(profile, max_slowdown: float = 0.05) -> list[str]:
     """Per layer, the memory-efficient form that frees the most and recomputes nothing
-    ("memeff", else "memeff_ln", else "keep"), of the actions the profile offers it."""
+    ("memeff", then "memeff_ln") among those the profile times at most `max_slowdown`
+    over keeping (under a compiled profile an opaque custom op can cost more than the
+    fused code it replaces), else "keep"."""
     out = []
     for layer in profile.layers:
-        forms = [n for n in ("memeff", "memeff_ln") if n in layer.options]
+        limit = layer.options["keep"].time_s * (1 + max_slowdown)
+        forms = [n for n in ("memeff", "memeff_ln")
+                 if n in layer.options and layer.options[n].time_s <= limit]
         out.append(forms[0] if forms else "keep")
     return out

@@ -98,7 +98,7 @@ def _choice(profile, layer, name) -> dict:
     """One alternative as the planner saw it, alone: its time and own + shared bytes."""
     c = layer.options[name]
     f, b = compute_times(layer, name)
-    return {"time_s": f + b, "internal_bytes": c.internal_bytes,
+    return {"time_s": f + b, "time_spread_s": c.spread_s, "internal_bytes": c.internal_bytes,
             "shared_bytes": sum(profile.shared_bytes[s] for s in c.shared),
             "host_bytes": c.host_bytes}
 

@@ -34,6 +34,7 @@ from .layers import CallCapture, find_container, find_layers, tensors_in
 from .memeff import swappable
 from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
 from .planned_layer import PlannedLayer
+from .timing import settle, spread
 from .trace import COMPUTE_HEAVY, attention_cores, trace_ops
 from .training_step import clock_fn, compute_loss, measure_step
 
@@ -45,6 +46,7 @@ class ActionCost:
     internal_bytes: int            # device bytes of storages the layer itself created
     shared: frozenset              # ids of shared storages it saves on the device
     host_bytes: int = 0            # bytes it moves to host memory (offload), each way
+    spread_s: float = 0.0          # confidence of fwd_s + bwd_s: half its samples' IQR
 
     @property
     def time_s(self) -> float:
@@ -132,16 +134,6 @@ def _saved_by(body, call, exclude, shared_ids, out_ids) -> tuple[int, frozenset,
             internal += entry.nbytes
     meter.release()
     return internal, frozenset(shared), meter.host_bytes
-
-
-def _time_samples(body, call, repeats, now) -> tuple[list, list]:
-    _run_once(body, call, now=now)                          # warm-up
-    fwd, bwd = [], []
-    for _ in range(repeats):
-        f, b, _ = _run_once(body, call, now=now)
-        fwd.append(f)
-        bwd.append(b)
-    return fwd, bwd
 
 
 def signature(module, call) -> str:
@@ -265,7 +257,9 @@ def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_o
                     repeats, now, kernels, backend=None) -> list[LayerProfile]:
     """Bytes per layer and action; times pooled over layers with the same signature (each
     runs `repeats` times, the median is over all their runs), so identical blocks get the
-    same, steadier, numbers. With a backend the timed bodies are compiled with it."""
+    same, steadier, numbers; actions whose medians do not separate get up to 3x the
+    rounds (timing.settle), and each time records its spread. With a backend the timed
+    bodies are compiled with it."""
     info, groups = {}, {}
     for layer in found:
         call = calls[layer.name]
@@ -276,29 +270,40 @@ def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_o
         groups.setdefault(signature(layer.module, call), []).append(layer)
     saved, times = {}, {}
     for members in groups.values():
-        for name in info[members[0].name][1]:
-            fwd, bwd = [], []
+        names = info[members[0].name][1]
+        runners = {}
+        for name in names:
             timed = None
             if backend is not None:     # one compile per group: its members time alike
                 first = members[0]
                 timed = torch.compile(PlannedLayer(
                     first.module, ACTIONS[name], first.index, None, info[first.name][2],
                     kernels, compile=True), backend=own_backend(backend))
+            runners[name] = []
             for layer in members:
                 body = PlannedLayer(layer.module, ACTIONS[name], layer.index, None,
                                     info[layer.name][2], kernels)
                 call = calls[layer.name]
                 saved[layer.name, name] = _saved_by(body, call, exclude, shared_ids,
                                                     out_ids[layer.name])
-                f, b = _time_samples(body if timed is None else timed, call, repeats, now)
-                fwd += f
-                bwd += b
+                runners[name].append((body if timed is None else timed, call))
+                _run_once(*runners[name][-1], now=now)                     # warm-up
+
+        def sample(name, runners=runners):
+            return [_run_once(body, call, now=now)[:2] for body, call in runners[name]]
+
+        samples = settle(sample, names, repeats, max_repeats=3 * repeats)
+        for name in names:
+            fwd, bwd = zip(*samples[name])
+            stats = (statistics.median(fwd), statistics.median(bwd),
+                     spread([f + b for f, b in samples[name]]))
             for layer in members:
-                times[layer.name, name] = (statistics.median(fwd), statistics.median(bwd))
+                times[layer.name, name] = stats
     profiles = []
     for layer in found:
         trace, names, cores = info[layer.name]
-        options = {n: ActionCost(*times[layer.name, n], *saved[layer.name, n]) for n in names}
+        options = {n: ActionCost(*times[layer.name, n][:2], *saved[layer.name, n],
+                                 spread_s=times[layer.name, n][2]) for n in names}
         profiles.append(LayerProfile(layer.name, layer.index, options, trace.custom_ops(),
                                      cores, swappable(layer.module)))
     return profiles

@@ -161,12 +161,25 @@ def test_fastest_within_ignores_what_each_plan_was_made_for():
     assert [fastest_within(plans, b) for b in (10, 20, 25, 30)] == [None, 2, 2, 0]
 
 
+def test_hybrid_takes_the_most_freeing_form_within_the_slowdown():
+    from types import SimpleNamespace as NS
+
+    def layer(**times):
+        return NS(options={n: NS(time_s=t) for n, t in times.items()})
+
+    profile = NS(layers=[layer(keep=1.0, memeff=1.04, memeff_ln=1.01),
+                         layer(keep=1.0, memeff=1.30, memeff_ln=1.02),
+                         layer(keep=1.0, memeff=1.30, memeff_ln=1.20),
+                         layer(keep=1.0, recompute=1.3)])
+    assert hybrid_actions(profile) == ["memeff", "memeff_ln", "keep", "keep"]
+
+
 def test_memeff_with_partitioner_budget_saves_less_and_keeps_gradients(tiny_gpt, grads,
                                                                        bw_path):
     model, inputs, loss_fn = tiny_gpt
     profile = profile_model(model, inputs, loss_fn, repeats=1, bandwidth_path=bw_path,
                             actions=["keep", "memeff", "memeff_ln"])
-    hybrid = hybrid_actions(profile)
+    hybrid = hybrid_actions(profile, max_slowdown=float("inf"))
     assert hybrid == ["memeff", "memeff"]
     state = model_state(model)
     keep = saved_bytes(compile_planned(model, ["keep"] * 2, backend=BACKEND), inputs,

@@ -1,0 +1,51 @@
+"""Timing alternatives until their medians separate, and the confidence where they do not.
+
+The planner compares actions by their median times. Two medians a few percent apart on a
+noisy machine may be in the wrong order; `settle` keeps sampling the alternatives whose
+medians are not yet apart by more than their spreads (half the interquartile range each),
+up to `max_repeats` samples, and `spread` states how far each median can be trusted:
+profiles record it beside every time (ActionCost.spread_s).
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+
+def spread(samples: list[float]) -> float:
+    """Half the interquartile range (0 for fewer than two samples)."""
+    if len(samples) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return (q3 - q1) / 2
+
+
+def separated(a: list[float], b: list[float]) -> bool:
+    """Whether the medians of two sample sets are apart by more than both spreads."""
+    return abs(statistics.median(a) - statistics.median(b)) > spread(a) + spread(b)
+
+
+def settle(sample: Callable[[str], list[tuple[float, float]]], names: list[str],
+           repeats: int, max_repeats: int) -> dict[str, list[tuple[float, float]]]:
+    """Per name, (forward, backward) samples: `repeats` rounds of `sample(name)` (one round
+    may give several samples, e.g. one per identical layer), then more rounds for the names
+    whose total time is not separated from another's, until all are or each of those has
+    had `max_repeats` rounds."""
+    samples = {n: [] for n in names}
+    rounds = dict.fromkeys(names, 0)
+
+    def more(n):
+        samples[n] += sample(n)
+        rounds[n] += 1
+
+    for n in names:
+        for _ in range(repeats):
+            more(n)
+    while True:
+        totals = {n: [f + b for f, b in samples[n]] for n in names}
+        unsettled = [n for n in names if rounds[n] < max_repeats and any(
+            not separated(totals[n], totals[m]) for m in names if m != n)]
+        if not unsettled:
+            return samples
+        for n in unsettled:
+            more(n)
