@@ -24,9 +24,11 @@ from .module_tree import clone_structure, replace_submodule
 from .offload import HostPool, LayerOffload, OffloadSchedule, prefetch_on_backward
 
 
-def _outside_graph(fn):
-    """`fn` run eagerly even inside a compiled model (a graph break on each side)."""
-    return torch.compiler.disable(fn, recursive=True)
+@torch.compiler.disable(recursive=True)
+def _outside_graph(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` run eagerly even inside a compiled model (a graph break on
+    each side)."""
+    return fn(*args, **kwargs)
 
 
 class _Checkpointed(nn.Module):
@@ -83,14 +85,15 @@ class PlannedLayer(nn.Module):
         elif a.recompute == "selective":
             out = selective_checkpoint(self.body, *args, report=not self.compile, **kwargs)
         elif a.offload and torch.is_grad_enabled():
-            out = (_outside_graph(self._offloaded) if self.compile else self._offloaded)(
-                *args, **kwargs)
+            out = self._eager(self._offloaded, *args, **kwargs)
         else:
             out = self.body(*args, **kwargs)
         if self._schedule is not None and torch.is_grad_enabled():
-            end = self._schedule.forward_end
-            (_outside_graph(end) if self.compile else end)(self.index, out)
+            self._eager(self._schedule.forward_end, self.index, out)
         return out
+
+    def _eager(self, fn, *args, **kwargs):
+        return _outside_graph(fn, *args, **kwargs) if self.compile else fn(*args, **kwargs)
 
     def _offloaded(self, *args, **kwargs):
         state = [*self.body.parameters(), *self.body.buffers()]

@@ -190,3 +190,19 @@ def test_memeff_with_partitioner_budget_saves_less_and_keeps_gradients(tiny_gpt,
     assert at_half < at_full < keep
     ref = grads(model, model, inputs, loss_fn)
     assert max_rel_error(ref, grads(model, half, inputs, loss_fn)) < MEMEFF_REL
+
+
+def test_offloaded_layer_runs_outside_the_graph_and_keeps_gradients(tiny_gpt, grads):
+    model, inputs, loss_fn = tiny_gpt
+    cores = [["attn.core"]] * 2
+    run = compile_planned(model, ["offload", "keep"], backend=BACKEND, attention_cores=cores)
+    kept = compile_planned(model, ["keep", "keep"], backend=BACKEND)
+    state = model_state(model)
+    with SavedTensorMeter(state) as meter:
+        loss = compute_loss(run, inputs, loss_fn)
+    loss.backward()
+    meter.release()
+    assert meter.host_bytes > 0
+    assert meter.device_bytes < saved_bytes(kept, inputs, loss_fn, state)
+    ref = grads(model, model, inputs, loss_fn)
+    torch.testing.assert_close(grads(model, run, inputs, loss_fn), ref)

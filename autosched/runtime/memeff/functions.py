@@ -61,12 +61,13 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5,
     An affine weight with an exact zero makes the input unrecoverable from the output; then
     the standard LayerNorm runs (it saves the input), so the result is always exact.
     """
-    if weight is not None and not _weight_invertible(weight):
+    if weight is not None and not weight_invertible(weight):
         return torch.nn.functional.layer_norm(x, normalized_shape, weight, bias, eps)
     return _LayerNormFn.apply(x, tuple(normalized_shape), weight, bias, eps, kernel)
 
 
-def _weight_invertible(weight: torch.Tensor) -> bool:
+def weight_invertible(weight: torch.Tensor) -> bool:
+    """Whether a LayerNorm weight has no exact zero (its input is recoverable from y)."""
     # Reading the weight syncs a GPU: the answer is cached on the tensor per version.
     cached = getattr(weight, "_autosched_nonzero", None)
     if cached is not None and cached[0] == weight._version:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .functions import _weight_invertible
+from .functions import weight_invertible
 from .kernels import Kernel
 
 NAMESPACE = "autosched_memeff"
@@ -83,7 +83,7 @@ gelu_op.register_autograd(_gelu_grad, setup_context=_gelu_setup)
 @torch.library.custom_op(f"{NAMESPACE}::layer_norm", mutates_args=())
 def layer_norm_op(x: Tensor, normalized_shape: list[int], weight: Tensor | None,
                   bias: Tensor | None, eps: float, kernel: str) -> tuple[Tensor, Tensor]:
-    if weight is not None and not _weight_invertible(weight):
+    if weight is not None and not weight_invertible(weight):
         # The compiled graph saves y, not x; with a zero weight entry x is lost. Eager
         # plans fall back to the standard LayerNorm here (functions.layer_norm).
         raise RuntimeError("memory-efficient LayerNorm under torch.compile needs a weight "
