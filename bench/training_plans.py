@@ -351,15 +351,16 @@ def main(argv=None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     # Every compiled point is its own module tree: one recompile of each forward per point.
     torch._dynamo.config.recompile_limit = 64
-    rows = [r for n in names for r in run_model(n, args, {})]
-    report(rows)
-    result = verdicts(rows)
-    for name, v in result.items():
-        print(f"{name}: {v}")
-    if args.json:
-        provenance.write_json(args.json, {"rows": rows, "verdicts": result}, stamp)
-    if args.png:
-        plot(rows, args.png, stamp)
+    rows = []
+    for n in names:            # results written after each model: a long run keeps its part
+        rows += run_model(n, args, {})
+        report([r for r in rows if r["model"] == n])
+        result = verdicts(rows)
+        print(f"{n}: {result[n]}", flush=True)
+        if args.json:
+            provenance.write_json(args.json, {"rows": rows, "verdicts": result}, stamp)
+        if args.png:
+            plot(rows, args.png, stamp)
     return 0
 
 
