@@ -272,11 +272,17 @@ def verdicts(rows) -> dict:
     return out
 
 
+SHORT = {"keep": "K", "memeff_ln": "L", "memeff": "M", "recompute_attention": "A",
+         "recompute_attention+memeff_ln": "AL", "recompute_attention+memeff": "AM",
+         "selective": "S", "recompute": "R", "offload": "O", "offload+memeff_ln": "OL",
+         "offload+memeff": "OM"}
+
+
 def report(rows) -> None:
     head = ("model", "point", "actions", "saved", "fits", "ms", "pred ms", "err", "grad err")
     lines = [head]
     for r in rows:
-        acts = " ".join(a[:6] for a in r.get("actions", [])) or "-"
+        acts = " ".join(SHORT.get(a, a) for a in r.get("actions", [])) or "-"
         lines.append((r["model"], r["point"] + (f" (= {r['chosen']})" if "chosen" in r else ""),
                       acts, format_bytes(r["saved"]),
                       {True: "yes", False: "NO"}.get(r.get("fits"), "-"),
@@ -287,6 +293,7 @@ def report(rows) -> None:
     widths = [max(len(str(x[i])) for x in lines) for i in range(len(head))]
     for x in lines:
         print("  ".join(str(c).ljust(w) for c, w in zip(x, widths)))
+    print("actions: " + ", ".join(f"{v} {k}" for k, v in SHORT.items()))
 
 
 def plot(rows, path, stamp) -> None:
