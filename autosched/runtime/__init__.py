@@ -14,14 +14,19 @@ Where things are:
 
     make_plan.py        plan(): profile, solve, write the plan down (the entry point)
     apply_plan.py       apply(): a model running under a plan, parameters shared
+                        (compile=True: built for torch.compile, the plan's memory kept)
+    compiled_plans.py   compile_planned(): a plan compiled, alone or with the partitioner
+    measured_choice.py  choices checked by measurement: Pareto-consistent, within budget
     document.py         Plan: the versioned JSON document and its table
     model_profile.py    profile_model(): per layer and action, measured time and bytes
+                        (eager or compiled; timing.py samples until medians separate)
     solver.py           the MILP that picks one action per layer
     prediction.py       the analytic step-time and memory predictor the solver optimises
     baselines.py        hand-written strategies (uniform, Megatron) to compare with
     actions.py          the table of actions;  planned_layer.py  runs a layer under one
     checkpointing.py    recomputation (whole, selective per op);  offload.py  host offload
-    memeff/             memory-efficient GELU / LayerNorm and their fused kernels
+    memeff/             memory-efficient GELU / LayerNorm and their fused kernels (and,
+                        for torch.compile, as custom ops: memeff/ops.py)
     meter.py            exact accounting of the bytes saved for backward
     training_step.py    one forward + backward, and its measurement
     layers.py  trace.py  module_tree.py  bandwidth.py  units.py    what the above rely on
