@@ -67,7 +67,8 @@ def _shape(node) -> tuple | None:
 def _dtype(*nodes) -> str | None:
     """The workload dtype shared by all these values; None if any differs or is not
     generated (so the node stays torch's)."""
-    dtypes = {getattr(_val(n), "dtype", None) for n in nodes}
+    vals = [_val(n) for n in nodes]
+    dtypes = {v.dtype if isinstance(v, torch.Tensor) else None for v in vals}
     return DTYPES.get(dtypes.pop()) if len(dtypes) == 1 else None
 
 

@@ -50,8 +50,10 @@ class OpChoice:
             return "no kernel recorded"
         if self.torch_s is None:
             return "no torch baseline recorded"
-        ratio = self.torch_s / self.kernel_cost_s
-        return f"kernel {ratio:.2f}x torch" if math.isfinite(ratio) else ""
+        speedup = self.torch_s / self.kernel_cost_s if self.kernel_cost_s else math.inf
+        if self.chosen == "autosched":
+            return f"kernel faster ({speedup:.2f}x torch)"
+        return f"torch recorded faster (kernel at {speedup:.2f}x)"
 
     @property
     def shape(self) -> str:

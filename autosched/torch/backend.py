@@ -61,7 +61,8 @@ class AutoschedBackend:
             from .errors import LibraryError
 
             raise LibraryError(f"model library not found: {directory} is not a directory")
-        self.choices = read_choices(self.directory) or []
+        self.choices = {(c.workload, tuple(sorted(c.params.items()))): c
+                        for c in read_choices(self.directory) or []}
         self.kernels, self.ops = {}, {}
         if (self.directory / "manifest.json").is_file():
             library = load_library(self.directory)
@@ -78,18 +79,16 @@ class AutoschedBackend:
         """("autosched" or "torch", why) for one matched operator call."""
         entry = self.kernels.get(m.key)
         if entry is None:
-            tuned = any((c.workload, tuple(sorted(c.params.items()))) == m.key
-                        for c in self.choices)
-            return "torch", ("torch recorded faster" if tuned else
-                             "shape not in the library")
+            exported = self.choices.get(m.key)
+            return "torch", exported.reason if exported else "shape not in the library"
         torch_s = entry.meta.get("torch_latency_s")
         # as called through torch.ops (timed at export) when known, else as recorded
         kernel_s = entry.meta.get("call_latency_s") or entry.latency_s
         if torch_s is None or kernel_s is None:
             return "torch", "no recorded torch baseline to compare with"
         if kernel_s >= torch_s:
-            return "torch", "torch recorded faster"
-        return "autosched", f"kernel {torch_s / kernel_s:.2f}x torch"
+            return "torch", f"torch recorded faster (kernel at {torch_s / kernel_s:.2f}x)"
+        return "autosched", f"kernel faster ({torch_s / kernel_s:.2f}x torch)"
 
     def rewrite(self, gm, kind: str) -> None:
         """Replace the chosen operator calls of one aten graph by their kernels."""
