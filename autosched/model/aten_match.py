@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .workloads import workload_name
+
 aten = torch.ops.aten
 
 DTYPES = {torch.float32: "float32"}
@@ -157,8 +159,9 @@ def _addmm(node):
     if shapes[2] != (N,):
         return None
     output, epilogue = _epilogue(node)
-    params = {"M": M, "N": N, "K": K, "epilogue": epilogue, "dtype": dtype}
-    return _make(node, "aten_linear", params, (a, base_b, bias), ((M, K), (N, K), (N,)), output)
+    params = {"M": M, "N": N, "K": K, "dtype": dtype}
+    return _make(node, workload_name("aten_linear", epilogue=epilogue), params,
+                 (a, base_b, bias), ((M, K), (N, K), (N,)), output)
 
 
 def _bmm(node):
@@ -215,8 +218,8 @@ def _gelu(node):
     if dtype is None or shape is None:
         return None
     M, N = _rows(shape)
-    params = {"M": M, "N": N, "approximate": node.kwargs.get("approximate", "none"), "dtype": dtype}
-    return _make(node, "aten_gelu", params, (x,), ((M, N),))
+    name = workload_name("aten_gelu", approximate=node.kwargs.get("approximate", "none"))
+    return _make(node, name, {"M": M, "N": N, "dtype": dtype}, (x,), ((M, N),))
 
 
 def _gelu_backward(node):
@@ -225,8 +228,9 @@ def _gelu_backward(node):
     if dtype is None or shape is None or _shape(dy) != shape:
         return None
     M, N = _rows(shape)
-    params = {"M": M, "N": N, "approximate": node.kwargs.get("approximate", "none"), "dtype": dtype}
-    return _make(node, "aten_gelu_backward", params, (dy, x), ((M, N), (M, N)))
+    name = workload_name("aten_gelu_backward",
+                         approximate=node.kwargs.get("approximate", "none"))
+    return _make(node, name, {"M": M, "N": N, "dtype": dtype}, (dy, x), ((M, N), (M, N)))
 
 
 def _convolution(node):
@@ -239,10 +243,11 @@ def _convolution(node):
     output, epilogue = _epilogue(node)
     N, C, H, W = sx
     K, _, R, S = sw
-    params = {"N": N, "C": C, "H": H, "W": W, "K": K, "R": R, "S": S, "stride": int(stride[0]), "pad": int(padding[0]),
-                  "bias": bias is not None, "epilogue": epilogue, "dtype": dtype}
+    params = {"N": N, "C": C, "H": H, "W": W, "K": K, "R": R, "S": S,
+              "stride": int(stride[0]), "pad": int(padding[0]), "dtype": dtype}
     inputs, shapes = ((x, w), (sx, sw)) if bias is None else ((x, w, bias), (sx, sw, (K,)))
-    return _make(node, "aten_conv2d", params, inputs, shapes, output)
+    name = workload_name("aten_conv2d", bias is not None, epilogue)
+    return _make(node, name, params, inputs, shapes, output)
 
 
 MATCHERS = {

@@ -26,6 +26,7 @@ from ..measure.result import MeasureResult
 
 BASELINE_FORMAT = 1
 PREFIX = "torch:"
+MIN_REPEATS = 7
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,10 @@ def lookup(db, task, target, versions: dict, threads: int) -> Baseline | None:
 def time_torch(func, inputs, settings, threads: int) -> list[float]:
     """Latencies of `func(*inputs)` (seconds per call, one per repeat) timed as the
     runner times kernels: warm-up calls, then calls added until one repeat lasts
-    `min_repeat_ms`, with torch limited to `threads` threads."""
+    `min_repeat_ms`, with torch limited to `threads` threads. At least MIN_REPEATS
+    repeats: a baseline is measured once and decides for every later export, so one
+    stalled repeat (a busy machine deschedules one of torch's threads) must not be the
+    median."""
     import torch
 
     previous = torch.get_num_threads()
@@ -107,7 +111,7 @@ def time_torch(func, inputs, settings, threads: int) -> list[float]:
                     break
                 number *= 2
             latencies = [elapsed / number]
-            for _ in range(max(1, settings.repeat) - 1):
+            for _ in range(max(MIN_REPEATS, settings.repeat) - 1):
                 start = time.perf_counter()
                 for _ in range(number):
                     func(*inputs)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 
 from ..workload import WorkloadDef, definition
 
@@ -268,32 +269,62 @@ def _torch_conv2d(x, w, b=None, stride=1, pad=1, epilogue="none"):
 
 @dataclass(frozen=True)
 class ModelWorkload:
-    """A workload of a model operator and its torch twin. `torch_params` names the
-    workload parameters that the twin takes as keywords (the rest are shapes)."""
+    """A workload of a model operator and its torch twin. `fixed` binds parameters that
+    change what the kernel takes or computes (bias, epilogue, GELU's approximation): each
+    binding is a workload of its own, so the kernels of one workload always take the
+    same tensors and differ by shape only (what `torch.ops.autosched` dispatches on).
+    `torch_params` names the parameters the twin takes as keywords (the rest are
+    shapes)."""
 
     name: str
     te_func: Callable
     torch_func: Callable
     torch_params: tuple[str, ...] = ()
+    fixed: dict = field(default_factory=dict)
 
     def definition(self) -> WorkloadDef:
-        return definition(self.te_func, name=self.name)
+        return definition(partial(self.te_func, **self.fixed), name=self.name)
 
     def torch_call(self, tensors, params: dict):
         """Run the torch twin on kernel-ordered tensors with the kernel's parameters."""
-        return self.torch_func(*tensors, **{k: params[k] for k in self.torch_params})
+        given = dict(params, **self.fixed)
+        return self.torch_func(*tensors, **{k: given[k] for k in self.torch_params})
 
 
-WORKLOADS = {w.name: w for w in (
-    ModelWorkload("aten_mm", mm, _torch_mm),
-    ModelWorkload("aten_mm_nt", mm_nt, _torch_mm_nt),
-    ModelWorkload("aten_mm_tn", mm_tn, _torch_mm_tn),
-    ModelWorkload("aten_linear", linear, _torch_linear, ("epilogue",)),
-    ModelWorkload("aten_bmm", bmm, lambda a, b: a @ b),
-    ModelWorkload("aten_softmax", softmax, _torch_softmax),
-    ModelWorkload("aten_softmax_backward", softmax_backward, _torch_softmax_backward),
-    ModelWorkload("aten_layer_norm", layer_norm, _torch_layer_norm, ("eps",)),
-    ModelWorkload("aten_gelu", gelu, _torch_gelu, ("approximate",)),
-    ModelWorkload("aten_gelu_backward", gelu_backward, _torch_gelu_backward, ("approximate",)),
-    ModelWorkload("aten_conv2d", conv2d, _torch_conv2d, ("stride", "pad", "epilogue")),
-)}
+def workload_name(base: str, bias: bool = False, epilogue: str = "none",
+                  approximate: str = "none") -> str:
+    """``aten_linear_gelu``, ``aten_conv2d_bias_relu``, ``aten_gelu_tanh``, ..."""
+    return base + ("_bias" if bias else "") + ("" if epilogue == "none" else f"_{epilogue}") \
+        + ("" if approximate == "none" else f"_{approximate}")
+
+
+EPILOGUES = ("none", "relu", "gelu")
+
+
+def _table() -> dict:
+    items = [
+        ModelWorkload("aten_mm", mm, _torch_mm),
+        ModelWorkload("aten_mm_nt", mm_nt, _torch_mm_nt),
+        ModelWorkload("aten_mm_tn", mm_tn, _torch_mm_tn),
+        ModelWorkload("aten_bmm", bmm, lambda a, b: a @ b),
+        ModelWorkload("aten_softmax", softmax, _torch_softmax),
+        ModelWorkload("aten_softmax_backward", softmax_backward, _torch_softmax_backward),
+        ModelWorkload("aten_layer_norm", layer_norm, _torch_layer_norm, ("eps",)),
+    ]
+    for approximate in ("none", "tanh"):
+        fixed = {"approximate": approximate}
+        items += [ModelWorkload(workload_name("aten_gelu", approximate=approximate), gelu,
+                                _torch_gelu, ("approximate",), fixed),
+                  ModelWorkload(workload_name("aten_gelu_backward", approximate=approximate),
+                                gelu_backward, _torch_gelu_backward, ("approximate",), fixed)]
+    for epilogue in EPILOGUES:
+        items.append(ModelWorkload(workload_name("aten_linear", epilogue=epilogue), linear,
+                                   _torch_linear, ("epilogue",), {"epilogue": epilogue}))
+        for bias in (False, True):
+            items.append(ModelWorkload(workload_name("aten_conv2d", bias, epilogue), conv2d,
+                                       _torch_conv2d, ("stride", "pad", "epilogue"),
+                                       {"bias": bias, "epilogue": epilogue}))
+    return {w.name: w for w in items}
+
+
+WORKLOADS = _table()
