@@ -77,6 +77,7 @@ def exported(request, tmp_path_factory):
                        "--db", db, "-o", str(out))
         assert done.returncode == 0, done.stderr
         libs[train] = (out, kept)
+    libs["db"] = db
     return name, path, libs
 
 
@@ -152,8 +153,9 @@ def test_untuned_batch_size_falls_back_to_torch(exported):
     assert {d.reason for d in matched} == {"shape not in the library"}
 
 
-def test_choices_file_and_explain_name_every_task(exported):
+def test_choices_file_report_and_explain_name_every_task(exported, capsys):
     import autosched.torch
+    from autosched.cli.main import main
     from autosched.model.choice import read_choices
 
     _, path, libs = exported
@@ -165,5 +167,11 @@ def test_choices_file_and_explain_name_every_task(exported):
     kept_choice = next(c for c in choices if (c.workload, tuple(sorted(c.params.items())))
                        == kept)
     assert kept_choice.chosen == "torch" and kept_choice.torch_s == pytest.approx(1e-9)
+    assert main(["report", "--db", libs["db"], "--no-plots", "--model-library",
+                 str(library)]) == 0
+    out = capsys.readouterr().out
+    won = sum(c.chosen == "autosched" for c in choices)
+    assert f"{won} of {len(choices)} operators run autosched kernels" in out
+    assert "torch:aten_" in out  # the baseline records, beside the kernels' records
     _, backend = _compiled(_load(path).model, library)
-    assert "graph" in autosched.torch.explain(backend)  # nothing compiled yet: header only
+    assert autosched.torch.explain(backend).count("\n") == 1  # nothing compiled: header
