@@ -9,12 +9,11 @@ pytest.importorskip("torch")
 
 @pytest.fixture
 def setup(tmp_path, target):
-    from search_space import SPACE_VERSION
-
     from autosched.db import open_database
     from autosched.model.workloads import WORKLOADS
     from autosched.versions import current_versions
     from autosched.workload import make_task
+    from search_space import SPACE_VERSION
 
     task = make_task(WORKLOADS["aten_mm_nt"].definition(), {"M": 8, "N": 8, "K": 8,
                                                             "dtype": "float32"})
