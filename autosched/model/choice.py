@@ -32,6 +32,9 @@ class OpChoice:
     # the kernel called as torch.ops.autosched.* from Python (its recorded latency plus
     # the cost of the call), timed at export; None before
     call_s: float | None = None
+    # why torch runs although the kernel is faster (say, another task of the workload
+    # takes the same input shapes, and one op cannot dispatch between them)
+    excluded: str = ""
 
     @property
     def kernel_cost_s(self) -> float | None:
@@ -40,7 +43,7 @@ class OpChoice:
 
     @property
     def chosen(self) -> str:
-        if self.kernel_s is None or self.torch_s is None:
+        if self.kernel_s is None or self.torch_s is None or self.excluded:
             return "torch"
         return "autosched" if self.kernel_cost_s < self.torch_s else "torch"
 
@@ -50,6 +53,8 @@ class OpChoice:
             return "no kernel recorded"
         if self.torch_s is None:
             return "no torch baseline recorded"
+        if self.excluded:
+            return self.excluded
         speedup = self.torch_s / self.kernel_cost_s if self.kernel_cost_s else math.inf
         if self.chosen == "autosched":
             return f"kernel faster ({speedup:.2f}x torch)"
@@ -64,7 +69,7 @@ class OpChoice:
                 "ops": dict(self.ops), "task_key": self.task_key, "torch_s": self.torch_s,
                 "kernel_s": self.kernel_s, "baseline_record_id": self.baseline_record_id,
                 "kernel_record_id": self.kernel_record_id, "call_s": self.call_s,
-                "chosen": self.chosen,
+                "excluded": self.excluded, "chosen": self.chosen,
                 "reason": self.reason}
 
     @staticmethod
@@ -72,7 +77,7 @@ class OpChoice:
         return OpChoice(d["workload"], dict(d["params"]), int(d["count"]), dict(d["ops"]),
                         d["task_key"], d.get("torch_s"), d.get("kernel_s"),
                         d.get("baseline_record_id"), d.get("kernel_record_id"),
-                        d.get("call_s"))
+                        d.get("call_s"), d.get("excluded", ""))
 
 
 def op_choices(model_ops, tasks, db, target, versions, threads: int) -> list[OpChoice]:

@@ -120,7 +120,8 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     target = resolve_target(target_text)
     versions = current_versions(SPACE_VERSION)
     with open_database(db_url or DEFAULT_DB_URL) as db:
-        choices = op_choices(model_ops, tasks, db, target, versions, baseline_threads(target))
+        choices = exclude_ambiguous(tasks, op_choices(model_ops, tasks, db, target, versions,
+                                                      baseline_threads(target)))
         if all(c.kernel_s is None for c in choices):
             raise UserError(f"no kernel of {path} is recorded in {db.url} for this target "
                             "and machine; run `autosched tune-model` first")
@@ -137,6 +138,27 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     if not records:  # torch wins everywhere: no library, only the decisions
         _clear_library(out_dir)
     return write_choices(out_dir, path, train, choices), choices
+
+
+def exclude_ambiguous(tasks, choices) -> list:
+    """Of the chosen tasks of one workload that take the same input shapes (they differ
+    in another parameter, such as a layer norm's eps), keep the one that saves the most
+    time per step: `torch.ops.autosched.<workload>` dispatches on shapes alone."""
+    best: dict[tuple, int] = {}
+    for i, (t, c) in enumerate(zip(tasks, choices)):
+        if c.chosen != "autosched":
+            continue
+        key = (t.workload, tuple((s.shape, s.dtype) for s in t.inputs))
+
+        def saving(j):
+            return choices[j].count * (choices[j].torch_s - choices[j].kernel_cost_s)
+
+        if key not in best or saving(i) > saving(best[key]):
+            best[key] = i
+    kept = set(best.values())
+    return [c if c.chosen != "autosched" or i in kept else
+            replace(c, excluded="another task of the workload takes the same shapes")
+            for i, c in enumerate(choices)]
 
 
 def _write(tasks, choices, records, target, out_dir) -> list:
