@@ -43,6 +43,9 @@ class OpMatch:
     input_shapes: tuple
     output: object  # torch.fx.Node
     output_shape: tuple
+    # the operator node when it has several outputs computed by several kernels (one
+    # match each): they replace it only together, else it would still run for the rest
+    group: object = None
 
     @property
     def key(self) -> tuple:
@@ -121,13 +124,13 @@ def _epilogue(node) -> tuple:
         return node, "none"
 
 
-def _make(node, workload, params, inputs, shapes, output=None) -> OpMatch | None:
+def _make(node, workload, params, inputs, shapes, output=None, group=None) -> OpMatch | None:
     output = output or node
     out_shape = _shape(output)
     if out_shape is None or any(s is None for s in shapes):
         return None
     return OpMatch(op_name(node), workload, params, tuple(inputs), tuple(shapes), output,
-                   out_shape)
+                   out_shape, group)
 
 
 def _mm(node):
@@ -235,19 +238,44 @@ def _gelu_backward(node):
 
 def _convolution(node):
     x, w, bias, stride, padding, dilation, transposed, _, groups = node.args[:9]
-    sx, sw = _shape(x), _shape(w)
-    dtype = _dtype(x, w) if bias is None else _dtype(x, w, bias)
-    if dtype is None or sx is None or sw is None or len(sx) != 4 or transposed or groups != 1 \
-            or set(dilation) != {1} or len(set(stride)) != 1 or len(set(padding)) != 1:
+    params = _conv_params(x, w, stride, padding, dilation, transposed, groups,
+                          *(() if bias is None else (bias,)))
+    if params is None:
         return None
     output, epilogue = _epilogue(node)
-    N, C, H, W = sx
-    K, _, R, S = sw
-    params = {"N": N, "C": C, "H": H, "W": W, "K": K, "R": R, "S": S,
-              "stride": int(stride[0]), "pad": int(padding[0]), "dtype": dtype}
+    sx, sw, K = _shape(x), _shape(w), params["K"]
     inputs, shapes = ((x, w), (sx, sw)) if bias is None else ((x, w, bias), (sx, sw, (K,)))
     name = workload_name("aten_conv2d", bias is not None, epilogue)
     return _make(node, name, params, inputs, shapes, output)
+
+
+def _conv_params(x, w, stride, padding, dilation, transposed, groups, *tensors):
+    """The shared parameters of a plain 2-D convolution; None for any other."""
+    sx, sw = _shape(x), _shape(w)
+    dtype = _dtype(x, w, *tensors)
+    if dtype is None or sx is None or sw is None or len(sx) != 4 or transposed or groups != 1 \
+            or set(dilation) != {1} or len(set(stride)) != 1 or len(set(padding)) != 1:
+        return None
+    (N, C, H, W), (K, _, R, S) = sx, sw
+    return {"N": N, "C": C, "H": H, "W": W, "K": K, "R": R, "S": S, "stride": int(stride[0]),
+            "pad": int(padding[0]), "dtype": dtype}
+
+
+def _convolution_backward(node) -> list:
+    """(grad_input, grad_weight, grad_bias): one kernel each for the outputs in use."""
+    dy, x, w, _, stride, padding, dilation, transposed, _, groups = node.args[:10]
+    params = _conv_params(x, w, stride, padding, dilation, transposed, groups, dy)
+    getters = {u.args[1]: u for u in node.users if u.target == operator.getitem and u.users}
+    sdy = _shape(dy)
+    if params is None or sdy is None or len(getters) != len(node.users):
+        return []
+    sx, sw = _shape(x), _shape(w)
+    parts = {0: ("aten_conv2d_grad_input", params, (dy, w), (sdy, sw)),
+             1: ("aten_conv2d_grad_weight", params, (dy, x), (sdy, sx)),
+             2: ("aten_conv2d_grad_bias", {"N": sdy[0], "K": sdy[1], "P": sdy[2], "Q": sdy[3],
+                                           "dtype": params["dtype"]}, (dy,), (sdy,))}
+    found = [_make(node, *parts[i], output=getters[i], group=node) for i in sorted(getters)]
+    return [m for m in found if m is not None] if None not in found else []
 
 
 MATCHERS = {
@@ -260,6 +288,7 @@ MATCHERS = {
     aten.gelu.default: _gelu,
     aten.gelu_backward.default: _gelu_backward,
     aten.convolution.default: _convolution,
+    aten.convolution_backward.default: _convolution_backward,
 }
 
 # Operators that move or view data and compute nothing: never reported as uncovered.
@@ -278,12 +307,16 @@ def op_name(node) -> str:
     return text.rsplit(".", 1)[0] if text.count(".") >= 2 else text
 
 
-def match(node) -> OpMatch | None:
-    """The workload that computes this node's operator call, or None."""
+def match(node) -> list[OpMatch]:
+    """The workloads that compute this node's operator call: one, several for an
+    operator with several outputs, none when no workload computes it."""
     if node.op != "call_function":
-        return None
+        return []
     matcher = MATCHERS.get(node.target)
-    return matcher(node) if matcher is not None else None
+    found = matcher(node) if matcher is not None else None
+    if found is None:
+        return []
+    return found if isinstance(found, list) else [found]
 
 
 def is_compute(node) -> bool:

@@ -33,14 +33,13 @@ def scan(gm, kind: str) -> GraphScan:
     for node in gm.graph.nodes:
         if node in fused:
             continue
-        m = match(node)
-        if m is None:
+        found = match(node)
+        if not found:
             if is_compute(node):
                 result.uncovered[op_name(node)] += 1
             continue
-        result.matches.append(m)
-        if m.output is not node:
-            fused.add(m.output)
+        result.matches += found
+        fused.update(m.output for m in found if m.output is not node)
     return result
 
 

@@ -203,6 +203,57 @@ def conv2d(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1, bias=True, epil
     return x, w, b, y
 
 
+def _conv_out(H, R, stride, pad):
+    return (H + 2 * pad - R) // stride + 1
+
+
+def conv2d_grad_input(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1,
+                      dtype="float32"):
+    """dx (N, C, H, W) of `conv2d` from dy (N, K, P, Q) and w (K, C, R, S): each input
+    pixel sums the output pixels whose window covered it."""
+    te = _te()
+    P, Q = _conv_out(H, R, stride, pad), _conv_out(W, S, stride, pad)
+    dy = te.placeholder((N, K, P, Q), name="dy", dtype=dtype)
+    w = te.placeholder((K, C, R, S), name="w", dtype=dtype)
+    k, r, s = (te.reduce_axis((0, e), name=nm) for e, nm in ((K, "k"), (R, "r"), (S, "s")))
+
+    def term(n, c, h, v):
+        hp, vq = h + pad - r, v + pad - s
+        p, q = te.indexdiv(hp, stride), te.indexdiv(vq, stride)
+        inside = te.all(hp >= 0, vq >= 0, te.indexmod(hp, stride) == 0,
+                        te.indexmod(vq, stride) == 0, p < P, q < Q)
+        value = dy[n, k, te.min(te.max(p, 0), P - 1), te.min(te.max(q, 0), Q - 1)] * w[k, c, r, s]
+        return te.sum(te.if_then_else(inside, value, te.const(0, dtype)), axis=[k, r, s])
+
+    return dy, w, te.compute((N, C, H, W), term, name="dx")
+
+
+def conv2d_grad_weight(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1,
+                       dtype="float32"):
+    """dw (K, C, R, S) of `conv2d` from dy (N, K, P, Q) and x (N, C, H, W)."""
+    te = _te()
+    P, Q = _conv_out(H, R, stride, pad), _conv_out(W, S, stride, pad)
+    dy = te.placeholder((N, K, P, Q), name="dy", dtype=dtype)
+    x = te.placeholder((N, C, H, W), name="x", dtype=dtype)
+    padded = te.compute(
+        (N, C, H + 2 * pad, W + 2 * pad),
+        lambda n, c, h, v: te.if_then_else(
+            te.all(h >= pad, h < H + pad, v >= pad, v < W + pad),
+            x[n, c, h - pad, v - pad], te.const(0, dtype)), name="x_pad")
+    n, p, q = (te.reduce_axis((0, e), name=nm) for e, nm in ((N, "n"), (P, "p"), (Q, "q")))
+    return dy, x, te.compute((K, C, R, S), lambda k, c, r, s: te.sum(
+        dy[n, k, p, q] * padded[n, c, p * stride + r, q * stride + s], axis=[n, p, q]),
+        name="dw")
+
+
+def conv2d_grad_bias(N=1, K=8, P=16, Q=16, dtype="float32"):
+    """db (K,) of `conv2d` with bias: dy (N, K, P, Q) summed over all but K."""
+    te = _te()
+    dy = te.placeholder((N, K, P, Q), name="dy", dtype=dtype)
+    n, p, q = (te.reduce_axis((0, e), name=nm) for e, nm in ((N, "n"), (P, "p"), (Q, "q")))
+    return dy, te.compute((K,), lambda k: te.sum(dy[n, k, p, q], axis=[n, p, q]), name="db")
+
+
 # ---------------------------------------------------------------- torch twins
 
 def _torch_epilogue(y, epilogue: str):
@@ -261,6 +312,22 @@ def _torch_gelu_backward(dy, x, approximate="none"):
     return torch.ops.aten.gelu_backward(dy, x, approximate=approximate)
 
 
+def _torch_conv2d_grad_input(dy, w, N=1, C=8, H=16, W=16, stride=1, pad=1):
+    import torch
+
+    return torch.nn.grad.conv2d_input((N, C, H, W), w, dy, stride, pad)
+
+
+def _torch_conv2d_grad_weight(dy, x, R=3, S=3, stride=1, pad=1):
+    import torch
+
+    return torch.nn.grad.conv2d_weight(x, (dy.shape[1], x.shape[1], R, S), dy, stride, pad)
+
+
+def _torch_conv2d_grad_bias(dy):
+    return dy.sum(dim=(0, 2, 3))
+
+
 def _torch_conv2d(x, w, b=None, stride=1, pad=1, epilogue="none"):
     import torch
 
@@ -310,6 +377,11 @@ def _table() -> dict:
         ModelWorkload("aten_softmax", softmax, _torch_softmax),
         ModelWorkload("aten_softmax_backward", softmax_backward, _torch_softmax_backward),
         ModelWorkload("aten_layer_norm", layer_norm, _torch_layer_norm, ("eps",)),
+        ModelWorkload("aten_conv2d_grad_input", conv2d_grad_input, _torch_conv2d_grad_input,
+                      ("N", "C", "H", "W", "stride", "pad")),
+        ModelWorkload("aten_conv2d_grad_weight", conv2d_grad_weight,
+                      _torch_conv2d_grad_weight, ("R", "S", "stride", "pad")),
+        ModelWorkload("aten_conv2d_grad_bias", conv2d_grad_bias, _torch_conv2d_grad_bias),
     ]
     for approximate in ("none", "tanh"):
         fixed = {"approximate": approximate}

@@ -4,8 +4,8 @@ the kernels that beat torch, the rest left to torch.
 DIR is what `autosched export-model` wrote: a kernel library of the winners and
 `model_ops.json`, the decision for every task. Dynamo captures the model, AOTAutograd
 makes its aten graphs (forward and backward for training, so gradients run through the
-backward operators' kernels: the weight- and input-gradient matmuls, GELU and softmax
-backward), and each operator call that a workload computes (`autosched.model.aten_match`)
+backward operators' kernels: the weight- and input-gradient matmuls, convolution, GELU
+and softmax backward), and each operator call that a workload computes (`autosched.model.aten_match`)
 is replaced by `torch.ops.autosched.<workload>` where
 
 * the library has the kernel for exactly this workload and these shapes, and
@@ -93,8 +93,13 @@ class AutoschedBackend:
     def rewrite(self, gm, kind: str) -> None:
         """Replace the chosen operator calls of one aten graph by their kernels."""
         found = scan(gm, kind)
-        for m in found.matches:
-            chosen, reason = self.decide(m)
+        decided = [(m, *self.decide(m)) for m in found.matches]
+        # the outputs of one operator go to kernels together or not at all
+        torch_groups = {id(m.group) for m, chosen, _ in decided
+                        if m.group is not None and chosen == "torch"}
+        for m, chosen, reason in decided:
+            if chosen == "autosched" and m.group is not None and id(m.group) in torch_groups:
+                chosen, reason = "torch", "another output of the operator stays torch"
             self._note(Decision(kind, m.op, m.workload, _shape_text(m.params), chosen,
                                 reason))
             if chosen == "autosched":
