@@ -11,7 +11,12 @@ file paired it with backward workloads, an autograd formula that runs those kern
 a library made by `autosched export-model` where they beat torch. See docs/torch.md.
 """
 from .backend import AutoschedBackend, backend, explain
-from .errors import KernelArgumentError, KernelDtypeError, LibraryError, MissingBackwardError
+from .errors import (
+    KernelArgumentError,
+    KernelDtypeError,
+    LibraryError,
+    MissingBackwardError,
+)
 from .library import KernelLibrary, load_library
 
 __all__ = ["AutoschedBackend", "KernelArgumentError", "KernelDtypeError", "KernelLibrary",
