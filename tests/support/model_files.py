@@ -29,9 +29,10 @@ SMALL = {
 }
 
 
-def write_model_file(directory: Path, name: str) -> Path:
-    """A model file running examples/<name>.py at its small config."""
+def write_model_file(directory: Path, name: str, **model_overrides) -> Path:
+    """A model file running examples/<name>.py at its small config (with overrides)."""
     model, inputs = SMALL[name]
+    model = dict(model, **model_overrides)
     path = directory / f"small_{name}.py"
     path.write_text(MODEL_FILE.format(example=str(EXAMPLES / f"{name}.py"), model=model,
                                       inputs=inputs))
