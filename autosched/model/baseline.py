@@ -12,7 +12,8 @@ own task key (the task key prefixed with ``torch:``), registered as workload
 ``torch:<workload>``, so exports, warm starts and cost-model training (which look tasks
 up by workload name) do not mistake it for a kernel. A baseline applies only with the
 same torch version and thread count; the newest such record wins (a re-measurement
-replaces an older one).
+replaces an older one). What is compared with a kernel's median is torch's best repeat
+(see `lookup`).
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ MIN_REPEATS = 7
 
 @dataclass(frozen=True)
 class Baseline:
-    """Torch's measured latency (median, seconds) for one task, and its record id."""
+    """Torch's measured latency (its best repeat, seconds) for one task, and its record
+    id (the record keeps every repeat)."""
 
     latency_s: float
     record_id: int | None
@@ -83,7 +85,11 @@ def lookup(db, task, target, versions: dict, threads: int) -> Baseline | None:
         same = {k: rec.candidate.get(k) for k in want} == want
         if same and rec.versions.get("tvm") == versions.get("tvm"):
             found = rec  # insertion order: the last one is the newest
-    return Baseline(found.latency, found.id) if found is not None else None
+    # torch's best repeat, not the median: on a busy machine one of torch's threads is
+    # often descheduled for a whole time slice, and a baseline made slow by that would
+    # hand operators to kernels that are slower on a quiet machine; the kernel's side is
+    # its median, so the comparison errs toward torch
+    return Baseline(min(found.result.latencies), found.id) if found is not None else None
 
 
 def time_torch(func, inputs, settings, threads: int) -> list[float]:

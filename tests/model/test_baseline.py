@@ -28,7 +28,8 @@ def test_newest_baseline_of_same_threads_wins_and_is_never_a_kernel(setup):
     db, task, target, versions = setup
     assert lookup(db, task, target, versions, threads=2) is None
     first = record_baseline(db, task, target, versions, [3e-6, 2e-6, 4e-6], threads=2)
-    assert lookup(db, task, target, versions, 2).latency_s == pytest.approx(3e-6)
+    # torch's best repeat: a stalled repeat does not make torch look slow
+    assert lookup(db, task, target, versions, 2).latency_s == pytest.approx(2e-6)
     assert lookup(db, task, target, versions, 2).record_id == first
     record_baseline(db, task, target, versions, [9e-6], threads=1)
     newer = record_baseline(db, task, target, versions, [5e-6], threads=2)
