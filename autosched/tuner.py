@@ -94,8 +94,10 @@ def tune(op_file: str, workloads: list[str] | None = None, args: list[str] | Non
 def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
                measurer: Measurer | None = None,
                space_factory: Callable[[object, TargetSpec], SearchSpace] = generate_space,
-               strategy_factory: Callable[[], SearchStrategy] | None = None) -> TuneResult:
-    """Tune `tasks` under `config`. The parts of the loop can be given instead of made
+               strategy_factory: Callable[[], SearchStrategy] | None = None,
+               weights: list[float] | None = None) -> TuneResult:
+    """Tune `tasks` under `config`. `weights` (default: 1 each) say how often each task's
+    kernel runs, say per model step: the task scheduler aims at the weighted sum. The parts of the loop can be given instead of made
     from the config: `measurer` (default: `make_measurer(config.measure, config.runner,
     config.work_dir)`, closed at the end; a given one stays open, its owner closes it),
     `space_factory(task, target)` (default: our rules, `generate_space`) and
@@ -142,7 +144,7 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
         _learn_imported(states, imported, learned, callbacks)
         try:
             _loop(states, config, budget, target, versions, db, measurer,
-                  TaskScheduler(len(states)), callbacks)
+                  TaskScheduler(len(states), weights), callbacks)
         except (BudgetExhausted, InfrastructureError) as e:
             result.stopped = str(e)  # committed chunks stay, the one in flight is dropped
         if bundle is not None and result.stopped is None:

@@ -56,12 +56,20 @@ def workload(func: Callable | None = None, *, name: str | None = None,
 
 def _definition(obj: Callable) -> WorkloadDef:
     mark = getattr(obj, _MARK)
+    return definition(obj, mark["name"], mark["variants"], mark["meta"])
+
+
+def definition(func: Callable, name: str | None = None, variants: tuple = (),
+               meta: dict | None = None) -> WorkloadDef:
+    """The WorkloadDef of a function returning TE tensors, marked or not (workloads that
+    the product generates itself, such as the operators of a model, are not marked)."""
+    name = name or func.__name__
     params = {}
-    for p in inspect.signature(obj).parameters.values():
+    for p in inspect.signature(func).parameters.values():
         if p.default is inspect.Parameter.empty:
-            raise UserError(f"workload '{mark['name']}': parameter '{p.name}' needs a default")
+            raise UserError(f"workload '{name}': parameter '{p.name}' needs a default")
         params[p.name] = p.default
-    return WorkloadDef(mark["name"], obj, params, mark["variants"], mark["meta"])
+    return WorkloadDef(name, func, params, tuple(variants), dict(meta or {}))
 
 
 def _user_line(e: BaseException, path: str) -> int | None:

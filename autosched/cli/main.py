@@ -10,11 +10,11 @@ import argparse
 import sys
 
 from ..errors import InfrastructureError, UserError
-from . import db, export, model, plan, report, tune, workers
+from . import db, export, export_model, model, plan, report, tune, tune_model, workers
 
 # Every command, in the order `autosched --help` lists them. Each module has
 # add_parser(subparsers) -> its parser, and run(args) -> the exit code.
-COMMANDS = (tune, export, report, db, model, plan, workers)
+COMMANDS = (tune, export, tune_model, export_model, report, db, model, plan, workers)
 
 
 class _Parser(argparse.ArgumentParser):

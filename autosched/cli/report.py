@@ -19,12 +19,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="logs/report", metavar="DIR",
                    help="where the tuning-curve PNGs go")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--model-library", metavar="DIR",
+                   help="also print the per-operator choices of a library that "
+                        "`autosched export-model` wrote")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the per-task table and write one tuning-curve PNG per task."""
     from ..db import DEFAULT_DB_URL, open_database
+
+    if args.model_library:
+        _print_model_choices(args.model_library)
 
     db = open_database(args.db or DEFAULT_DB_URL)
     try:
@@ -39,6 +45,20 @@ def run(args: argparse.Namespace) -> int:
         for path in plot_curves(summaries, args.output):
             print(f"wrote {path}")
     return 0
+
+
+def _print_model_choices(directory: str) -> None:
+    from ..errors import UserError
+    from ..model.choice import choices_table, read_choices
+
+    choices = read_choices(directory)
+    if choices is None:
+        raise UserError(f"--model-library {directory}: no model_ops.json (a library made "
+                        "by `autosched export-model`)")
+    won = sum(1 for c in choices if c.chosen == "autosched")
+    print(f"{directory}: {won} of {len(choices)} operators run autosched kernels")
+    print(choices_table(choices))
+    print()
 
 
 @dataclass

@@ -14,6 +14,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the `tune` command to the main CLI's subparsers."""
     p = subparsers.add_parser("tune", help="search for fast schedules and record them")
     add_selection(p)
+    add_tune_options(p)
+    return p
+
+
+def add_tune_options(p: argparse.ArgumentParser) -> None:
+    """The options of a tuning run (`tune`, `tune-model`)."""
     p.add_argument("--target", default="llvm", help="llvm | cuda | JSON target dict")
     p.add_argument("--trials", type=int, default=64, help="new measurements for the whole run")
     p.add_argument("--db", metavar="URL", help=DB_URL_HELP)
@@ -49,13 +55,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "travel as arrays up to this size; above it, their recipe and a "
                         "reference kernel, checked at a reduced shape, that the measuring "
                         "machine runs")
-    return p
 
 
-def run(args: argparse.Namespace) -> int:
-    """Tune and print the per-task table; 1 when the run stopped before its budget."""
+def tune_config(args: argparse.Namespace):
+    """The TuneConfig of the options `add_tune_options` added."""
     from ..config import TuneConfig
-    from ..workload import load_tasks
 
     if args.trials < 0:
         raise UserError(f"--trials must be >= 0, got {args.trials}")
@@ -63,16 +67,23 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--min-repeat-ms must be >= 0, got {args.min_repeat_ms}")
     if args.bundle_reference_mib < 0:
         raise UserError(f"--bundle-reference-mib must be >= 0, got {args.bundle_reference_mib}")
-    tasks = load_tasks(args.op_file, args.workload, args.arg, args.load_timeout)
     settings = MeasureSettings(run_timeout=args.run_timeout, build_timeout=args.build_timeout,
                                min_repeat_ms=args.min_repeat_ms,
                                bundle_reference_mib=args.bundle_reference_mib)
-    config = TuneConfig(target=args.target, trials=args.trials, db_url=args.db,
-                        runner=args.runner, strategy=args.strategy, seed=args.seed,
-                        batch_size=args.batch_size, dry_run=args.dry_run,
-                        work_dir=args.work_dir, model_path=args.model,
-                        transfer=not args.no_transfer, measure=settings,
-                        retry_failures=tuple(args.retry_failures))
+    return TuneConfig(target=args.target, trials=args.trials, db_url=args.db,
+                      runner=args.runner, strategy=args.strategy, seed=args.seed,
+                      batch_size=args.batch_size, dry_run=args.dry_run,
+                      work_dir=args.work_dir, model_path=args.model,
+                      transfer=not args.no_transfer, measure=settings,
+                      retry_failures=tuple(args.retry_failures))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Tune and print the per-task table; 1 when the run stopped before its budget."""
+    from ..workload import load_tasks
+
+    config = tune_config(args)
+    tasks = load_tasks(args.op_file, args.workload, args.arg, args.load_timeout)
     if config.dry_run:
         return _dry_run(tasks, config)
     from ..db import mask_password

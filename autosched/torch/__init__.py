@@ -7,10 +7,17 @@
 Each workload of the library becomes `torch.ops.autosched.<workload>`: it dispatches over
 the library's shape variants, has a fake implementation for torch.compile, and, when the op
 file paired it with backward workloads, an autograd formula that runs those kernels.
-See docs/torch.md.
+`backend(DIR)` is a torch.compile backend that runs a model's operators on the kernels of
+a library made by `autosched export-model` where they beat torch. See docs/torch.md.
 """
-from .errors import KernelArgumentError, KernelDtypeError, LibraryError, MissingBackwardError
+from .backend import AutoschedBackend, backend, explain
+from .errors import (
+    KernelArgumentError,
+    KernelDtypeError,
+    LibraryError,
+    MissingBackwardError,
+)
 from .library import KernelLibrary, load_library
 
-__all__ = ["load_library", "KernelLibrary", "LibraryError", "KernelArgumentError",
-           "KernelDtypeError", "MissingBackwardError"]
+__all__ = ["AutoschedBackend", "KernelArgumentError", "KernelDtypeError", "KernelLibrary",
+           "LibraryError", "MissingBackwardError", "backend", "explain", "load_library"]

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ("tune", "export", "report", "db", "model", "plan", "workers")
+COMMANDS = ("tune", "export", "tune-model", "export-model", "report", "db", "model", "plan",
+            "workers")
 HEAVY = ("torch", "xgboost", "tvm", "tvm_ffi")
 
 # Calls the console script's target for each --help, then names the heavy modules loaded.

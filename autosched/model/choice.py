@@ -1,0 +1,131 @@
+"""Per operator of a model: torch's recorded time, the best kernel's, and which runs.
+
+A kernel is chosen only where its recorded latency beats torch's recorded latency for the
+same task on the same target and machine; without a kernel record or without a baseline
+torch runs (nothing is assumed). The table is what `tune-model` prints, what
+`export-model` writes beside the library (`model_ops.json`) and what the backend obeys.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+CHOICES_NAME = "model_ops.json"
+CHOICES_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class OpChoice:
+    """One task of a model: where it comes from, both latencies and the decision."""
+
+    workload: str
+    params: dict
+    count: int
+    ops: dict            # aten operator -> calls
+    task_key: str
+    torch_s: float | None
+    kernel_s: float | None
+    baseline_record_id: int | None
+    kernel_record_id: int | None
+    # the kernel called as torch.ops.autosched.* from Python (its recorded latency plus
+    # the cost of the call), timed at export; None before
+    call_s: float | None = None
+    # why torch runs although the kernel is faster (say, another task of the workload
+    # takes the same input shapes, and one op cannot dispatch between them)
+    excluded: str = ""
+
+    @property
+    def kernel_cost_s(self) -> float | None:
+        """What running the kernel in the model costs, as well as it is known."""
+        return self.call_s if self.call_s is not None else self.kernel_s
+
+    @property
+    def chosen(self) -> str:
+        if self.kernel_s is None or self.torch_s is None or self.excluded:
+            return "torch"
+        return "autosched" if self.kernel_cost_s < self.torch_s else "torch"
+
+    @property
+    def reason(self) -> str:
+        if self.kernel_s is None:
+            return "no kernel recorded"
+        if self.torch_s is None:
+            return "no torch baseline recorded"
+        if self.excluded:
+            return self.excluded
+        speedup = self.torch_s / self.kernel_cost_s if self.kernel_cost_s else math.inf
+        if self.chosen == "autosched":
+            return f"kernel faster ({speedup:.2f}x torch)"
+        return f"torch recorded faster (kernel at {speedup:.2f}x)"
+
+    @property
+    def shape(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.params.items() if k != "dtype")
+
+    def to_json(self) -> dict:
+        return {"workload": self.workload, "params": dict(self.params), "count": self.count,
+                "ops": dict(self.ops), "task_key": self.task_key, "torch_s": self.torch_s,
+                "kernel_s": self.kernel_s, "baseline_record_id": self.baseline_record_id,
+                "kernel_record_id": self.kernel_record_id, "call_s": self.call_s,
+                "excluded": self.excluded, "chosen": self.chosen,
+                "reason": self.reason}
+
+    @staticmethod
+    def from_json(d: dict) -> OpChoice:
+        return OpChoice(d["workload"], dict(d["params"]), int(d["count"]), dict(d["ops"]),
+                        d["task_key"], d.get("torch_s"), d.get("kernel_s"),
+                        d.get("baseline_record_id"), d.get("kernel_record_id"),
+                        d.get("call_s"), d.get("excluded", ""))
+
+
+def op_choices(model_ops, tasks, db, target, versions, threads: int) -> list[OpChoice]:
+    """The decision for every task of `model_ops` from what `db` holds."""
+    from .baseline import lookup
+
+    out = []
+    for op, task in zip(model_ops.ops, tasks):
+        best = db.best(task.key, target.key, target.hardware_key, versions)
+        base = lookup(db, task, target, versions, threads)
+        out.append(OpChoice(op.workload, dict(op.params), op.count, dict(op.ops), task.key,
+                            base.latency_s if base else None, best.latency if best else None,
+                            base.record_id if base else None, best.id if best else None))
+    return out
+
+
+def choices_table(choices: list[OpChoice]) -> str:
+    """op, shape, count, torch ms, autosched ms, chosen — one row per task."""
+    from ..cli.tables import format_table
+
+    def ms(s):
+        return "-" if s is None else f"{s * 1e3:.4f}"
+
+    rows = [(",".join(c.ops), c.workload.removeprefix("aten_"), c.shape, str(c.count),
+             ms(c.torch_s), ms(c.kernel_s), ms(c.call_s), c.chosen) for c in choices]
+    return format_table(("op", "workload", "shape", "count", "torch ms", "autosched ms",
+                         "as called ms", "chosen"), rows, right=5)
+
+
+def write_choices(out_dir: str, model_path: str, train: bool, choices) -> str:
+    path = os.path.join(out_dir, CHOICES_NAME)
+    doc = {"format": CHOICES_FORMAT, "model": os.path.abspath(model_path), "train": train,
+           "ops": [c.to_json() for c in choices]}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+    return path
+
+
+def read_choices(out_dir) -> list[OpChoice] | None:
+    """The choices a library directory was exported with; None if it has none."""
+    path = os.path.join(str(out_dir), CHOICES_NAME)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    if doc.get("format") != CHOICES_FORMAT:
+        from ..errors import UserError
+
+        raise UserError(f"{path}: format {doc.get('format')!r}; this autosched reads "
+                        f"{CHOICES_FORMAT} (re-run `autosched export-model`)")
+    return [OpChoice.from_json(d) for d in doc["ops"]]

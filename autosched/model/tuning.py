@@ -1,0 +1,202 @@
+"""`tune-model` and `export-model`: a model file -> tuned tasks -> a library of winners.
+
+    tune_model(path, config, train)      extract, tune all tasks with one budget (the task
+                                         scheduler weighs each by its count), and time
+                                         torch once per task as its baseline record
+    export_model(path, target, out_dir)  the kernels that beat torch, as a library, and
+                                         the decision for every task (model_ops.json)
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass, replace
+from functools import partial
+
+from search_space import SPACE_VERSION
+
+from ..errors import UserError
+from ..versions import current_versions
+
+
+@dataclass
+class ModelTuneResult:
+    model_ops: object     # ModelOps
+    tune: object          # TuneResult
+    choices: list         # OpChoice per task
+    measured_baselines: int
+
+
+def model_tasks(model_ops):
+    """The autosched Task of every operator extraction found, in the same order."""
+    from ..workload import make_task
+    from .workloads import WORKLOADS
+
+    return [make_task(WORKLOADS[op.workload].definition(), dict(op.params))
+            for op in model_ops.ops]
+
+
+def baseline_threads(target) -> int:
+    """The threads torch gets when timed: as many as the kernels' thread pool."""
+    import torch
+
+    return int(target.config.get("num-cores") or torch.get_num_threads())
+
+
+def _random_inputs(task, device: str):
+    import torch
+
+    from ..torch.dispatch import torch_dtype
+
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(s.shape, generator=g, dtype=torch_dtype(s.dtype)).to(device)
+            for s in task.inputs]
+
+
+def _call_twin(twin, params, *tensors):
+    return twin.torch_call(tensors, params)
+
+
+def measure_baselines(model_ops, tasks, db, target, versions, settings) -> int:
+    """Time torch on every task that has no baseline here yet; returns how many."""
+    from .baseline import lookup, record_baseline, time_torch
+    from .workloads import WORKLOADS
+
+    if target.kind != "llvm":
+        raise UserError("tune-model measures torch's baselines on the CPU only for now; "
+                        "use --target llvm")
+    threads, measured = baseline_threads(target), 0
+    for op, task in zip(model_ops.ops, tasks):
+        if lookup(db, task, target, versions, threads) is not None:
+            continue
+        twin = WORKLOADS[op.workload]
+        inputs = _random_inputs(task, "cpu")
+        call = partial(_call_twin, twin, dict(op.params))
+        latencies = time_torch(call, inputs, settings, threads)
+        record_baseline(db, task, target, versions, latencies, threads, settings.to_json())
+        measured += 1
+    return measured
+
+
+def tune_model(path: str, config, train: bool = False, callbacks=()) -> ModelTuneResult:
+    """Tune every operator of the model file at `path` with `config.trials` in all.
+    Torch is timed first, while no tuning worker runs beside it."""
+    from ..db import open_database
+    from ..runtime.modelfile import load_model_file
+    from ..target import resolve_target
+    from ..tuner import tune_tasks
+    from .choice import op_choices
+    from .extract import extract
+
+    model_ops = extract(load_model_file(path), train)
+    tasks = model_tasks(model_ops)
+    target = resolve_target(config.target)
+    versions = current_versions(SPACE_VERSION)
+    with open_database(config.database_url) as db:
+        measured = measure_baselines(model_ops, tasks, db, target, versions, config.measure)
+    result = tune_tasks(tasks, config, callbacks, weights=[op.count for op in model_ops.ops])
+    with open_database(config.database_url) as db:
+        choices = op_choices(model_ops, tasks, db, target, versions, baseline_threads(target))
+    return ModelTuneResult(model_ops, result, choices, measured)
+
+
+def export_model(path: str, target_text: str, out_dir: str, db_url: str | None = None,
+                 train: bool = False) -> tuple[str, list]:
+    """Build the library of the kernels that beat torch into `out_dir` and write the
+    decision for every task beside it; returns (the choices file, the choices).
+
+    A kernel whose record beats torch's is built, then timed as the model will call it
+    (through `torch.ops.autosched`, whose Python call costs microseconds that the
+    kernel's record does not hold); it stays in the library only if that still beats
+    torch."""
+    from ..db import DEFAULT_DB_URL, open_database
+    from ..runtime.modelfile import load_model_file
+    from ..target import resolve_target
+    from .choice import op_choices, write_choices
+    from .extract import extract
+
+    model_ops = extract(load_model_file(path), train)
+    tasks = model_tasks(model_ops)
+    target = resolve_target(target_text)
+    versions = current_versions(SPACE_VERSION)
+    with open_database(db_url or DEFAULT_DB_URL) as db:
+        choices = exclude_ambiguous(tasks, op_choices(model_ops, tasks, db, target, versions,
+                                                      baseline_threads(target)))
+        if all(c.kernel_s is None for c in choices):
+            raise UserError(f"no kernel of {path} is recorded in {db.url} for this target "
+                            "and machine; run `autosched tune-model` first")
+        records = {c.task_key: db.best(t.key, target.key, target.hardware_key, versions)
+                   for t, c in zip(tasks, choices) if c.chosen == "autosched"}
+    if records:
+        timed = _build_and_time(tasks, choices, records, target, out_dir)
+        choices = [replace(c, call_s=timed.get(c.task_key)) for c in choices]
+        winners = {c.task_key for c in choices if c.chosen == "autosched"}
+        if winners != set(records):
+            records = {k: r for k, r in records.items() if k in winners}
+            if records:
+                _write(tasks, choices, records, target, out_dir)
+    if not records:  # torch wins everywhere: no library, only the decisions
+        _clear_library(out_dir)
+    return write_choices(out_dir, path, train, choices), choices
+
+
+def exclude_ambiguous(tasks, choices) -> list:
+    """Of the chosen tasks of one workload that take the same input shapes (they differ
+    in another parameter, such as a layer norm's eps), keep the one that saves the most
+    time per step: `torch.ops.autosched.<workload>` dispatches on shapes alone."""
+    best: dict[tuple, int] = {}
+    for i, (t, c) in enumerate(zip(tasks, choices)):
+        if c.chosen != "autosched":
+            continue
+        key = (t.workload, tuple((s.shape, s.dtype) for s in t.inputs))
+
+        def saving(j):
+            return choices[j].count * (choices[j].torch_s - choices[j].kernel_cost_s)
+
+        if key not in best or saving(i) > saving(best[key]):
+            best[key] = i
+    kept = set(best.values())
+    return [c if c.chosen != "autosched" or i in kept else
+            replace(c, excluded="another task of the workload takes the same shapes")
+            for i, c in enumerate(choices)]
+
+
+def _write(tasks, choices, records, target, out_dir) -> list:
+    """The library of the tasks in `records`; returns those tasks."""
+    from ..exporting import KernelChoice, write_library
+
+    picked = [(t, c) for t, c in zip(tasks, choices) if c.task_key in records]
+    metas = [{"torch_latency_s": c.torch_s, "baseline_record_id": c.baseline_record_id,
+              "call_latency_s": c.call_s, "count": c.count, "ops": dict(c.ops)}
+             for _, c in picked]
+    write_library([t for t, _ in picked],
+                  [KernelChoice.of_record(records[c.task_key]) for _, c in picked],
+                  target, out_dir, metas)
+    return [t for t, _ in picked]
+
+
+def _build_and_time(tasks, choices, records, target, out_dir) -> dict:
+    """Build the candidates' library, time each kernel through its torch op; returns
+    {task key: seconds per call}."""
+    from ..measure.settings import MeasureSettings
+    from ..torch import load_library
+    from .baseline import time_torch
+
+    built = _write(tasks, choices, records, target, out_dir)
+    library = load_library(out_dir)
+    threads = baseline_threads(target)
+    return {t.key: statistics.median(time_torch(library[t.workload], _random_inputs(t, "cpu"),
+                                                MeasureSettings(), threads))
+            for t in built}
+
+
+def _clear_library(out_dir: str) -> None:
+    from ..exporting import LIBRARY_NAME, MANIFEST_NAME
+
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UserError(f"-o {out_dir}: exists and is not a directory")
+    os.makedirs(out_dir, exist_ok=True)
+    for name in (LIBRARY_NAME, MANIFEST_NAME):
+        path = os.path.join(out_dir, name)
+        if os.path.isfile(path):
+            os.remove(path)

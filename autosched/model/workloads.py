@@ -1,0 +1,402 @@
+"""The tensor expressions of the aten operators autosched tunes inside a model.
+
+Each workload computes exactly what one aten operator (or an operator with its transposed
+operands folded in) computes, on the shapes the operator was called with. Its `torch`
+twin computes the same thing with torch and serves two purposes: it is the baseline that
+`tune-model` times against the kernel, and the reference the tests compare with.
+
+Names start with ``aten_`` so that they do not collide with the workloads of op files when
+both are loaded as `torch.ops.autosched.*` in one process. Only fp32 and fp16 are
+generated (the dtype is a parameter); the matcher (`aten_match.py`) decides what applies.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+from ..workload import WorkloadDef, definition
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _te():
+    from tvm import te
+
+    return te
+
+
+def _sum_product(a, b, k):
+    te = _te()
+    return te.sum(a * b, axis=k)
+
+
+def mm(M=64, N=64, K=64, dtype="float32"):
+    """C = A @ B with A (M, K), B (K, N)."""
+    te = _te()
+    A = te.placeholder((M, K), name="A", dtype=dtype)
+    B = te.placeholder((K, N), name="B", dtype=dtype)
+    k = te.reduce_axis((0, K), name="k")
+    return A, B, te.compute((M, N), lambda i, j: _sum_product(A[i, k], B[k, j], k), name="C")
+
+
+def mm_nt(M=64, N=64, K=64, dtype="float32"):
+    """C = A @ B.T with A (M, K), B (N, K): a linear layer without bias, dX = dY @ W."""
+    te = _te()
+    A = te.placeholder((M, K), name="A", dtype=dtype)
+    B = te.placeholder((N, K), name="B", dtype=dtype)
+    k = te.reduce_axis((0, K), name="k")
+    return A, B, te.compute((M, N), lambda i, j: _sum_product(A[i, k], B[j, k], k), name="C")
+
+
+def mm_tn(M=64, N=64, K=64, dtype="float32"):
+    """C = A.T @ B with A (K, M), B (K, N): the weight gradient dW = dY.T @ X."""
+    te = _te()
+    A = te.placeholder((K, M), name="A", dtype=dtype)
+    B = te.placeholder((K, N), name="B", dtype=dtype)
+    k = te.reduce_axis((0, K), name="k")
+    return A, B, te.compute((M, N), lambda i, j: _sum_product(A[k, i], B[k, j], k), name="C")
+
+
+def _epilogue(value, epilogue: str, dtype):
+    te = _te()
+    if epilogue == "none":
+        return value
+    if epilogue == "relu":
+        return te.max(value, te.const(0, dtype))
+    if epilogue == "gelu":
+        return _gelu_erf(value, dtype)
+    raise ValueError(f"unknown epilogue {epilogue!r}")
+
+
+def linear(M=64, N=64, K=64, epilogue="none", dtype="float32"):
+    """y = act(x @ w.T + b) with x (M, K), w (N, K), b (N,): aten.addmm(b, x, w.t())."""
+    te = _te()
+    x = te.placeholder((M, K), name="x", dtype=dtype)
+    w = te.placeholder((N, K), name="w", dtype=dtype)
+    b = te.placeholder((N,), name="b", dtype=dtype)
+    k = te.reduce_axis((0, K), name="k")
+    xw = te.compute((M, N), lambda i, j: _sum_product(x[i, k], w[j, k], k), name="xw")
+    y = te.compute((M, N), lambda i, j: _epilogue(xw[i, j] + b[j], epilogue, dtype), name="y")
+    return x, w, b, y
+
+
+def bmm(B=4, M=64, N=64, K=64, dtype="float32"):
+    """C[b] = A[b] @ B[b] with A (B, M, K), B (B, K, N)."""
+    te = _te()
+    a = te.placeholder((B, M, K), name="A", dtype=dtype)
+    b = te.placeholder((B, K, N), name="Bm", dtype=dtype)
+    k = te.reduce_axis((0, K), name="k")
+    return a, b, te.compute((B, M, N), lambda n, i, j: _sum_product(a[n, i, k], b[n, k, j], k),
+                            name="C")
+
+
+def softmax(M=64, N=64, dtype="float32"):
+    """Softmax over the last axis of x (M, N)."""
+    te = _te()
+    x = te.placeholder((M, N), name="x", dtype=dtype)
+    k1 = te.reduce_axis((0, N), name="k1")
+    row_max = te.compute((M,), lambda i: te.max(x[i, k1], axis=k1), name="row_max")
+    exp = te.compute((M, N), lambda i, j: te.exp(x[i, j] - row_max[i]), name="exp")
+    k2 = te.reduce_axis((0, N), name="k2")
+    row_sum = te.compute((M,), lambda i: te.sum(exp[i, k2], axis=k2), name="row_sum")
+    return x, te.compute((M, N), lambda i, j: exp[i, j] / row_sum[i], name="y")
+
+
+def softmax_backward(M=64, N=64, dtype="float32"):
+    """dx = y * (dy - sum_j dy * y): aten._softmax_backward_data over the last axis."""
+    te = _te()
+    dy = te.placeholder((M, N), name="dy", dtype=dtype)
+    y = te.placeholder((M, N), name="y", dtype=dtype)
+    k = te.reduce_axis((0, N), name="k")
+    dot = te.compute((M,), lambda i: te.sum(dy[i, k] * y[i, k], axis=k), name="dot")
+    return dy, y, te.compute((M, N), lambda i, j: y[i, j] * (dy[i, j] - dot[i]), name="dx")
+
+
+def _row_mean(f, M, N, dtype, name):
+    te = _te()
+    k = te.reduce_axis((0, N), name=f"k_{name}")
+    total = te.compute((M,), lambda i: te.sum(f(i, k), axis=k), name=f"{name}_sum")
+    return te.compute((M,), lambda i: total[i] / te.const(N, dtype), name=name)
+
+
+def layer_norm(M=64, N=64, eps=1e-5, dtype="float32"):
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta over the last axis of x (M, N)."""
+    te = _te()
+    x = te.placeholder((M, N), name="x", dtype=dtype)
+    gamma = te.placeholder((N,), name="gamma", dtype=dtype)
+    beta = te.placeholder((N,), name="beta", dtype=dtype)
+    mean = _row_mean(lambda i, j: x[i, j], M, N, dtype, "mean")
+    var = _row_mean(lambda i, j: (x[i, j] - mean[i]) * (x[i, j] - mean[i]), M, N, dtype, "var")
+    rstd = te.compute((M,), lambda i: te.rsqrt(var[i] + te.const(eps, dtype)), name="rstd")
+    y = te.compute((M, N), lambda i, j: (x[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j],
+                   name="y")
+    return x, gamma, beta, y
+
+
+def _gelu_erf(v, dtype):
+    te = _te()
+    return te.const(0.5, dtype) * v * (te.const(1.0, dtype)
+                                       + te.erf(v * te.const(1 / math.sqrt(2.0), dtype)))
+
+
+def _gelu_tanh(v, dtype):
+    te = _te()
+    inner = te.const(_SQRT_2_OVER_PI, dtype) * (v + te.const(0.044715, dtype) * v * v * v)
+    return te.const(0.5, dtype) * v * (te.const(1.0, dtype) + te.tanh(inner))
+
+
+def gelu(M=64, N=64, approximate="none", dtype="float32"):
+    """GELU of x (M, N), exact (erf) or with torch's tanh approximation."""
+    te = _te()
+    x = te.placeholder((M, N), name="x", dtype=dtype)
+    act = _gelu_erf if approximate == "none" else _gelu_tanh
+    return x, te.compute((M, N), lambda i, j: act(x[i, j], dtype), name="y")
+
+
+def gelu_backward(M=64, N=64, approximate="none", dtype="float32"):
+    """dx = dy * GELU'(x): aten.gelu_backward."""
+    te = _te()
+    dy = te.placeholder((M, N), name="dy", dtype=dtype)
+    x = te.placeholder((M, N), name="x", dtype=dtype)
+    half, one = te.const(0.5, dtype), te.const(1.0, dtype)
+
+    def erf_grad(v):  # Phi(v) + v * phi(v)
+        cdf = half * (one + te.erf(v * te.const(1 / math.sqrt(2.0), dtype)))
+        pdf = te.exp(te.const(-0.5, dtype) * v * v) * te.const(1 / math.sqrt(2 * math.pi), dtype)
+        return cdf + v * pdf
+
+    def tanh_grad(v):
+        t = te.tanh(te.const(_SQRT_2_OVER_PI, dtype) * (v + te.const(0.044715, dtype) * v * v * v))
+        du = te.const(_SQRT_2_OVER_PI, dtype) * (one + te.const(3 * 0.044715, dtype) * v * v)
+        return half * (one + t) + half * v * (one - t * t) * du
+
+    grad = erf_grad if approximate == "none" else tanh_grad
+    return dy, x, te.compute((M, N), lambda i, j: dy[i, j] * grad(x[i, j]), name="dx")
+
+
+def conv2d(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1, bias=True, epilogue="none",
+           dtype="float32"):
+    """NCHW convolution of x (N, C, H, W) with w (K, C, R, S), square stride and padding,
+    optional bias (K,) and ReLU: aten.convolution with groups=1, dilation 1."""
+    te = _te()
+    x = te.placeholder((N, C, H, W), name="x", dtype=dtype)
+    w = te.placeholder((K, C, R, S), name="w", dtype=dtype)
+    P, Q = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - S) // stride + 1
+    padded = te.compute(
+        (N, C, H + 2 * pad, W + 2 * pad),
+        lambda n, c, h, v: te.if_then_else(
+            te.all(h >= pad, h < H + pad, v >= pad, v < W + pad),
+            x[n, c, h - pad, v - pad], te.const(0, dtype)), name="x_pad")
+    c, r, s = (te.reduce_axis((0, e), name=nm) for e, nm in ((C, "c"), (R, "r"), (S, "s")))
+    out = te.compute((N, K, P, Q), lambda n, k, p, q: te.sum(
+        padded[n, c, p * stride + r, q * stride + s] * w[k, c, r, s], axis=[c, r, s]),
+        name="conv")
+    if not bias:
+        y = te.compute((N, K, P, Q), lambda n, k, p, q: _epilogue(out[n, k, p, q], epilogue,
+                                                                   dtype), name="y")
+        return x, w, y
+    b = te.placeholder((K,), name="b", dtype=dtype)
+    y = te.compute((N, K, P, Q), lambda n, k, p, q: _epilogue(out[n, k, p, q] + b[k], epilogue,
+                                                               dtype), name="y")
+    return x, w, b, y
+
+
+def _conv_out(H, R, stride, pad):
+    return (H + 2 * pad - R) // stride + 1
+
+
+def conv2d_grad_input(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1,
+                      dtype="float32"):
+    """dx (N, C, H, W) of `conv2d` from dy (N, K, P, Q) and w (K, C, R, S): each input
+    pixel sums the output pixels whose window covered it."""
+    te = _te()
+    P, Q = _conv_out(H, R, stride, pad), _conv_out(W, S, stride, pad)
+    dy = te.placeholder((N, K, P, Q), name="dy", dtype=dtype)
+    w = te.placeholder((K, C, R, S), name="w", dtype=dtype)
+    k, r, s = (te.reduce_axis((0, e), name=nm) for e, nm in ((K, "k"), (R, "r"), (S, "s")))
+
+    def term(n, c, h, v):
+        hp, vq = h + pad - r, v + pad - s
+        p, q = te.indexdiv(hp, stride), te.indexdiv(vq, stride)
+        inside = te.all(hp >= 0, vq >= 0, te.indexmod(hp, stride) == 0,
+                        te.indexmod(vq, stride) == 0, p < P, q < Q)
+        value = dy[n, k, te.min(te.max(p, 0), P - 1), te.min(te.max(q, 0), Q - 1)] * w[k, c, r, s]
+        return te.sum(te.if_then_else(inside, value, te.const(0, dtype)), axis=[k, r, s])
+
+    return dy, w, te.compute((N, C, H, W), term, name="dx")
+
+
+def conv2d_grad_weight(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1,
+                       dtype="float32"):
+    """dw (K, C, R, S) of `conv2d` from dy (N, K, P, Q) and x (N, C, H, W)."""
+    te = _te()
+    P, Q = _conv_out(H, R, stride, pad), _conv_out(W, S, stride, pad)
+    dy = te.placeholder((N, K, P, Q), name="dy", dtype=dtype)
+    x = te.placeholder((N, C, H, W), name="x", dtype=dtype)
+    padded = te.compute(
+        (N, C, H + 2 * pad, W + 2 * pad),
+        lambda n, c, h, v: te.if_then_else(
+            te.all(h >= pad, h < H + pad, v >= pad, v < W + pad),
+            x[n, c, h - pad, v - pad], te.const(0, dtype)), name="x_pad")
+    n, p, q = (te.reduce_axis((0, e), name=nm) for e, nm in ((N, "n"), (P, "p"), (Q, "q")))
+    return dy, x, te.compute((K, C, R, S), lambda k, c, r, s: te.sum(
+        dy[n, k, p, q] * padded[n, c, p * stride + r, q * stride + s], axis=[n, p, q]),
+        name="dw")
+
+
+def conv2d_grad_bias(N=1, K=8, P=16, Q=16, dtype="float32"):
+    """db (K,) of `conv2d` with bias: dy (N, K, P, Q) summed over all but K."""
+    te = _te()
+    dy = te.placeholder((N, K, P, Q), name="dy", dtype=dtype)
+    n, p, q = (te.reduce_axis((0, e), name=nm) for e, nm in ((N, "n"), (P, "p"), (Q, "q")))
+    return dy, te.compute((K,), lambda k: te.sum(dy[n, k, p, q], axis=[n, p, q]), name="db")
+
+
+# ---------------------------------------------------------------- torch twins
+
+def _torch_epilogue(y, epilogue: str):
+    import torch
+
+    if epilogue == "relu":
+        return torch.relu(y)
+    if epilogue == "gelu":
+        return torch.nn.functional.gelu(y)
+    return y
+
+
+def _torch_mm(a, b):
+    return a @ b
+
+
+def _torch_mm_nt(a, b):
+    return a @ b.t()
+
+
+def _torch_mm_tn(a, b):
+    return a.t() @ b
+
+
+def _torch_linear(x, w, b, epilogue="none"):
+    import torch
+
+    return _torch_epilogue(torch.addmm(b, x, w.t()), epilogue)
+
+
+def _torch_softmax(x):
+    return x.softmax(dim=-1)
+
+
+def _torch_softmax_backward(dy, y):
+    import torch
+
+    return torch.ops.aten._softmax_backward_data(dy, y, -1, y.dtype)
+
+
+def _torch_layer_norm(x, gamma, beta, eps=1e-5):
+    import torch
+
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], gamma, beta, eps)
+
+
+def _torch_gelu(x, approximate="none"):
+    import torch
+
+    return torch.nn.functional.gelu(x, approximate=approximate)
+
+
+def _torch_gelu_backward(dy, x, approximate="none"):
+    import torch
+
+    return torch.ops.aten.gelu_backward(dy, x, approximate=approximate)
+
+
+def _torch_conv2d_grad_input(dy, w, N=1, C=8, H=16, W=16, stride=1, pad=1):
+    import torch
+
+    return torch.nn.grad.conv2d_input((N, C, H, W), w, dy, stride, pad)
+
+
+def _torch_conv2d_grad_weight(dy, x, R=3, S=3, stride=1, pad=1):
+    import torch
+
+    return torch.nn.grad.conv2d_weight(x, (dy.shape[1], x.shape[1], R, S), dy, stride, pad)
+
+
+def _torch_conv2d_grad_bias(dy):
+    return dy.sum(dim=(0, 2, 3))
+
+
+def _torch_conv2d(x, w, b=None, stride=1, pad=1, epilogue="none"):
+    import torch
+
+    return _torch_epilogue(torch.nn.functional.conv2d(x, w, b, stride, pad), epilogue)
+
+
+@dataclass(frozen=True)
+class ModelWorkload:
+    """A workload of a model operator and its torch twin. `fixed` binds parameters that
+    change what the kernel takes or computes (bias, epilogue, GELU's approximation): each
+    binding is a workload of its own, so the kernels of one workload always take the
+    same tensors and differ by shape only (what `torch.ops.autosched` dispatches on).
+    `torch_params` names the parameters the twin takes as keywords (the rest are
+    shapes)."""
+
+    name: str
+    te_func: Callable
+    torch_func: Callable
+    torch_params: tuple[str, ...] = ()
+    fixed: dict = field(default_factory=dict)
+
+    def definition(self) -> WorkloadDef:
+        return definition(partial(self.te_func, **self.fixed), name=self.name)
+
+    def torch_call(self, tensors, params: dict):
+        """Run the torch twin on kernel-ordered tensors with the kernel's parameters."""
+        given = dict(params, **self.fixed)
+        return self.torch_func(*tensors, **{k: given[k] for k in self.torch_params})
+
+
+def workload_name(base: str, bias: bool = False, epilogue: str = "none",
+                  approximate: str = "none") -> str:
+    """``aten_linear_gelu``, ``aten_conv2d_bias_relu``, ``aten_gelu_tanh``, ..."""
+    return base + ("_bias" if bias else "") + ("" if epilogue == "none" else f"_{epilogue}") \
+        + ("" if approximate == "none" else f"_{approximate}")
+
+
+EPILOGUES = ("none", "relu", "gelu")
+
+
+def _table() -> dict:
+    items = [
+        ModelWorkload("aten_mm", mm, _torch_mm),
+        ModelWorkload("aten_mm_nt", mm_nt, _torch_mm_nt),
+        ModelWorkload("aten_mm_tn", mm_tn, _torch_mm_tn),
+        ModelWorkload("aten_bmm", bmm, lambda a, b: a @ b),
+        ModelWorkload("aten_softmax", softmax, _torch_softmax),
+        ModelWorkload("aten_softmax_backward", softmax_backward, _torch_softmax_backward),
+        ModelWorkload("aten_layer_norm", layer_norm, _torch_layer_norm, ("eps",)),
+        ModelWorkload("aten_conv2d_grad_input", conv2d_grad_input, _torch_conv2d_grad_input,
+                      ("N", "C", "H", "W", "stride", "pad")),
+        ModelWorkload("aten_conv2d_grad_weight", conv2d_grad_weight,
+                      _torch_conv2d_grad_weight, ("R", "S", "stride", "pad")),
+        ModelWorkload("aten_conv2d_grad_bias", conv2d_grad_bias, _torch_conv2d_grad_bias),
+    ]
+    for approximate in ("none", "tanh"):
+        fixed = {"approximate": approximate}
+        items += [ModelWorkload(workload_name("aten_gelu", approximate=approximate), gelu,
+                                _torch_gelu, ("approximate",), fixed),
+                  ModelWorkload(workload_name("aten_gelu_backward", approximate=approximate),
+                                gelu_backward, _torch_gelu_backward, ("approximate",), fixed)]
+    for epilogue in EPILOGUES:
+        items.append(ModelWorkload(workload_name("aten_linear", epilogue=epilogue), linear,
+                                   _torch_linear, ("epilogue",), {"epilogue": epilogue}))
+        for bias in (False, True):
+            items.append(ModelWorkload(workload_name("aten_conv2d", bias, epilogue), conv2d,
+                                       _torch_conv2d, ("stride", "pad", "epilogue"),
+                                       {"bias": bias, "epilogue": epilogue}))
+    return {w.name: w for w in items}
+
+
+WORKLOADS = _table()

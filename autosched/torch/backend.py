@@ -1,0 +1,146 @@
+"""`torch.compile(model, backend=autosched.torch.backend(DIR))`: the model's operators on
+the kernels that beat torch, the rest left to torch.
+
+DIR is what `autosched export-model` wrote: a kernel library of the winners and
+`model_ops.json`, the decision for every task. Dynamo captures the model, AOTAutograd
+makes its aten graphs (forward and backward for training, so gradients run through the
+backward operators' kernels: the weight- and input-gradient matmuls, convolution, GELU
+and softmax backward), and each operator call that a workload computes (`autosched.model.aten_match`)
+is replaced by `torch.ops.autosched.<workload>` where
+
+* the library has the kernel for exactly this workload and these shapes, and
+* the kernel's latency beats torch's recorded latency (both from the database, carried
+  by the manifest; the kernel's as timed through its torch op at export, when known).
+
+Everything else runs as torch runs it (aten, eagerly). A shape the library lacks (another
+batch size, dynamic shapes) falls back to torch; compile with `dynamic=False` so a new
+shape gets its own static graph. Every decision is logged (logger ``autosched.torch``)
+and listed by `explain(backend)`.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..model.aten_match import OpMatch
+from ..model.graphs import aot_backend, scan
+
+log = logging.getLogger("autosched.torch")
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the backend did with one operator call of one graph."""
+
+    graph: str       # forward | backward | inference
+    op: str          # the aten operator
+    workload: str    # the autosched workload that computes it ("" if none does)
+    shape: str
+    chosen: str      # autosched | torch
+    reason: str
+
+
+def _shape_text(params: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in params.items() if k != "dtype")
+
+
+class AutoschedBackend:
+    """A torch.compile backend over one exported model library (see the module doc)."""
+
+    def __init__(self, directory):
+        from ..model.choice import read_choices
+        from .library import load_library
+
+        self.directory = Path(directory)
+        if not self.directory.is_dir():
+            from .errors import LibraryError
+
+            raise LibraryError(f"model library not found: {directory} is not a directory")
+        self.choices = {(c.workload, tuple(sorted(c.params.items()))): c
+                        for c in read_choices(self.directory) or []}
+        self.kernels, self.ops = {}, {}
+        if (self.directory / "manifest.json").is_file():
+            library = load_library(self.directory)
+            for entry in library.manifest.kernels:
+                key = (entry.workload, tuple(sorted(entry.args.items())))
+                self.kernels[key] = entry
+                self.ops[entry.workload] = library[entry.workload]
+        self.decisions: list[Decision] = []
+
+    def __call__(self, gm, example_inputs):
+        return aot_backend(self.rewrite)(gm, example_inputs)
+
+    def decide(self, m: OpMatch) -> tuple[str, str]:
+        """("autosched" or "torch", why) for one matched operator call."""
+        entry = self.kernels.get(m.key)
+        if entry is None:
+            exported = self.choices.get(m.key)
+            return "torch", exported.reason if exported else "shape not in the library"
+        torch_s = entry.meta.get("torch_latency_s")
+        # as called through torch.ops (timed at export) when known, else as recorded
+        kernel_s = entry.meta.get("call_latency_s") or entry.latency_s
+        if torch_s is None or kernel_s is None:
+            return "torch", "no recorded torch baseline to compare with"
+        if kernel_s >= torch_s:
+            return "torch", f"torch recorded faster (kernel at {torch_s / kernel_s:.2f}x)"
+        return "autosched", f"kernel faster ({torch_s / kernel_s:.2f}x torch)"
+
+    def rewrite(self, gm, kind: str) -> None:
+        """Replace the chosen operator calls of one aten graph by their kernels."""
+        found = scan(gm, kind)
+        decided = [(m, *self.decide(m)) for m in found.matches]
+        # the outputs of one operator go to kernels together or not at all
+        torch_groups = {id(m.group) for m, chosen, _ in decided
+                        if m.group is not None and chosen == "torch"}
+        for m, chosen, reason in decided:
+            if chosen == "autosched" and m.group is not None and id(m.group) in torch_groups:
+                chosen, reason = "torch", "another output of the operator stays torch"
+            self._note(Decision(kind, m.op, m.workload, _shape_text(m.params), chosen,
+                                reason))
+            if chosen == "autosched":
+                self._replace(gm.graph, m, self.kernels[m.key])
+        for name, count in found.uncovered.items():
+            for _ in range(count):
+                self._note(Decision(kind, name, "", "", "torch", "no autosched workload"))
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+
+    def _note(self, d: Decision) -> None:
+        self.decisions.append(d)
+        log.info("autosched backend: %s graph: %s %s -> %s (%s)", d.graph, d.op,
+                 f"{d.workload}({d.shape})" if d.workload else "", d.chosen, d.reason)
+
+    def _replace(self, graph, m: OpMatch, entry) -> None:
+        op = self.ops[entry.workload].default
+        with graph.inserting_before(m.output):
+            args = []
+            for node, shape in zip(m.inputs, m.input_shapes):
+                if tuple(node.meta["val"].shape) != tuple(shape):
+                    node = graph.call_function(aten.reshape.default, (node, list(shape)))
+                args.append(node)
+            out = graph.call_function(op, tuple(args))
+            if tuple(entry.outputs[0].shape) != tuple(m.output_shape):
+                out = graph.call_function(aten.reshape.default, (out, list(m.output_shape)))
+        m.output.replace_all_uses_with(out)
+
+
+def backend(directory) -> AutoschedBackend:
+    """The torch.compile backend for the library `autosched export-model` wrote to
+    `directory`: ``torch.compile(model, backend=autosched.torch.backend(DIR))``."""
+    return AutoschedBackend(directory)
+
+
+def explain(compiled_backend: AutoschedBackend, graph: str | None = None) -> str:
+    """A table of the decisions the backend made so far (one graph kind if given); equal
+    decisions are one row with their number of calls."""
+    from ..cli.tables import format_table
+
+    counts = Counter(d for d in compiled_backend.decisions if graph in (None, d.graph))
+    rows = [(d.graph, d.op, d.workload.removeprefix("aten_"), d.shape, str(n), d.chosen,
+             d.reason) for d, n in counts.items()]
+    return format_table(("graph", "op", "workload", "shape", "calls", "chosen", "why"), rows)

@@ -1,0 +1,43 @@
+"""The per-task decision: a kernel runs only where it beats torch's recorded time."""
+from __future__ import annotations
+
+import pytest
+
+
+def _choice(workload, params, count, torch_s, kernel_s, call_s=None, key="k"):
+    from autosched.model.choice import OpChoice
+
+    return OpChoice(workload, params, count, {"aten.x": count}, key, torch_s, kernel_s, 1, 2,
+                    call_s)
+
+
+@pytest.mark.parametrize("torch_s, kernel_s, call_s, chosen", [
+    (2e-6, 1e-6, None, "autosched"),
+    (2e-6, 1e-6, 3e-6, "torch"),          # the call through torch.ops costs more
+    (1e-6, 2e-6, None, "torch"),
+    (None, 1e-6, None, "torch"),          # no baseline: nothing is assumed
+    (1e-6, None, None, "torch"),          # no kernel recorded
+])
+def test_kernel_only_where_it_beats_torch(torch_s, kernel_s, call_s, chosen):
+    c = _choice("aten_mm", {"M": 1}, 1, torch_s, kernel_s, call_s)
+    assert c.chosen == chosen
+    from autosched.model.choice import OpChoice
+
+    assert OpChoice.from_json(c.to_json()) == c
+
+
+def test_same_shapes_of_one_workload_keep_the_larger_saving():
+    from autosched.model.tuning import exclude_ambiguous
+    from autosched.model.workloads import WORKLOADS
+    from autosched.workload import make_task
+
+    ln = WORKLOADS["aten_layer_norm"].definition()
+    tasks = [make_task(ln, {"M": 4, "N": 8, "eps": eps, "dtype": "float32"})
+             for eps in (1e-5, 1e-6)]
+    mm = make_task(WORKLOADS["aten_mm"].definition(), {"M": 4, "N": 8, "K": 8,
+                                                       "dtype": "float32"})
+    choices = [_choice("aten_layer_norm", t.args, n, 5e-6, 1e-6, key=t.key)
+               for t, n in zip(tasks, (1, 3))] + [_choice("aten_mm", mm.args, 1, 5e-6, 1e-6)]
+    out = exclude_ambiguous(tasks + [mm], choices)
+    assert [c.chosen for c in out] == ["torch", "autosched", "autosched"]
+    assert "same shapes" in out[0].reason

@@ -1,0 +1,185 @@
+"""tune-model -> export-model -> torch.compile(backend=autosched.torch.backend(DIR)) on the
+small GPT and ResNet: outputs and gradients equal eager torch, the kernels really run.
+
+Our CPU kernels rarely beat torch at these sizes, so the decisions are steered through the
+database itself: a newer torch baseline record, slower than any kernel, for most tasks
+(their kernels must run) and one faster than any kernel for one task (torch must keep
+it). Tolerances: fp32 kernels reduce in another order than torch, so outputs and
+gradients agree to rtol 1e-4 / atol 1e-5 (about 1000 float32 ulps at these magnitudes).
+"""
+from __future__ import annotations
+
+import copy
+import runpy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from support.model_files import write_model_file
+
+pytestmark = pytest.mark.slow
+TOL = {"rtol": 1e-4, "atol": 1e-5}
+
+
+def _force(db_url, path, train, keep_torch_for: str):
+    """Record newer torch baselines: 1 s (every kernel wins) for every task, except
+    1 ns (torch wins) for the first task of workload `keep_torch_for`; returns its key."""
+    from autosched.db import open_database
+    from autosched.model.baseline import record_baseline
+    from autosched.model.extract import extract
+    from autosched.model.tuning import baseline_threads, model_tasks
+    from autosched.runtime.modelfile import load_model_file
+    from autosched.target import resolve_target
+    from autosched.versions import current_versions
+    from search_space import SPACE_VERSION
+
+    found = extract(load_model_file(str(path)), train)
+    target, versions = resolve_target("llvm"), current_versions(SPACE_VERSION)
+    kept = None
+    with open_database(db_url) as db:
+        for op, task in zip(found.ops, model_tasks(found)):
+            slow = op.workload != keep_torch_for or kept is not None
+            if not slow:
+                kept = op.key
+            record_baseline(db, task, target, versions, [1.0 if slow else 1e-9],
+                            baseline_threads(target))
+    return kept
+
+
+# The first tasks of the training step get the budget (one trial each, in graph order):
+# for the GPT they include backward matmuls; for the ResNet every task, the convolutions'
+# input, weight and bias gradients included.
+TRIALS = {"gpt": 12, "resnet": 10}
+# one stage of the small ResNet: its 10 training tasks (3 convolutions, the classifier,
+# their gradients) in few trials; test_extract covers the strided stage
+MODEL = {"gpt": {}, "resnet": {"stages": 1}}
+# the workload of the one task whose baseline says torch is faster, per (model, train)
+KEEP = {("gpt", False): "aten_softmax", ("gpt", True): "aten_mm_tn",
+        ("resnet", False): "aten_conv2d", ("resnet", True): "aten_mm_tn"}
+
+
+@pytest.fixture(scope="module", params=["gpt", "resnet"])
+def exported(request, tmp_path_factory):
+    """(name, model file, {train: (library dir, the op key torch keeps)}): the model tuned
+    for training (whose tasks are nearly all of inference's too), exported both ways."""
+    from conftest import run_cli
+
+    name = request.param
+    work = tmp_path_factory.mktemp(name)
+    path = write_model_file(work, name, **MODEL[name])
+    db = f"sqlite:///{work}/db.sqlite"
+    done = run_cli("tune-model", str(path), "--train", "--trials", str(TRIALS[name]),
+                   "--db", db, "--work-dir", str(work / "logs"), "--min-repeat-ms", "1")
+    assert done.returncode == 0, done.stderr
+    assert "torch baselines measured:" in done.stdout
+    libs = {}
+    for train in (False, True):
+        kept = _force(db, path, train, KEEP[name, train])
+        out = work / ("train_lib" if train else "infer_lib")
+        done = run_cli("export-model", str(path), *(["--train"] if train else []),
+                       "--db", db, "-o", str(out))
+        assert done.returncode == 0, done.stderr
+        libs[train] = (out, kept)
+    libs["db"] = db
+    return name, path, libs
+
+
+def _load(path):
+    from autosched.runtime.modelfile import load_model_file
+
+    return load_model_file(str(path))
+
+
+def _compiled(model, library):
+    import autosched.torch
+
+    torch._dynamo.reset()
+    backend = autosched.torch.backend(library)
+    return torch.compile(model, backend=backend, dynamic=False), backend
+
+
+def _chosen(backend, chosen):
+    return [d for d in backend.decisions if d.chosen == chosen]
+
+
+def test_inference_equals_eager_and_runs_kernels(exported):
+    _, path, libs = exported
+    library, kept = libs[False]
+    spec = _load(path)
+    eager = spec.model.eval()
+    compiled, backend = _compiled(copy.deepcopy(eager), library)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*spec.inputs), eager(*spec.inputs), **TOL)
+    assert _chosen(backend, "autosched"), backend.decisions
+    assert {d.graph for d in backend.decisions} == {"inference"}
+    # the task whose torch baseline is faster than its kernel stays torch's
+    kept_rows = [d for d in backend.decisions if d.workload == kept[0]
+                 and d.reason.startswith("torch recorded faster")]
+    assert kept_rows
+    # a task that got no trial has no kernel: torch
+    if spec.path.endswith("small_gpt.py"):
+        assert any(d.reason == "no kernel recorded" for d in backend.decisions)
+    # operators without a workload run in torch and say so
+    assert any(d.reason == "no autosched workload" for d in backend.decisions)
+
+
+def test_training_step_gradients_equal_eager_through_backward_kernels(exported):
+    from autosched.runtime.training_step import training_step
+
+    name, path, libs = exported
+    library, _ = libs[True]
+    spec = _load(path)
+    eager = spec.model.train()
+    model = copy.deepcopy(eager)
+    compiled, backend = _compiled(model, library)
+    loss = training_step(compiled, spec.inputs, spec.loss_fn)
+    torch.testing.assert_close(loss, training_step(eager, spec.inputs, spec.loss_fn), **TOL)
+    for (n, p), (_, q) in zip(model.named_parameters(), eager.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=f"gradient of {n}", **TOL)
+    backward = [d for d in _chosen(backend, "autosched") if d.graph == "backward"]
+    assert backward, "no backward operator ran on an autosched kernel"
+    if name == "gpt":
+        assert {d.workload for d in backward} >= {"aten_mm_nt", "aten_bmm"}
+    else:  # the convolutions' gradients: input, weight and (the stem's) bias
+        assert {d.workload for d in backward} >= {"aten_conv2d_grad_input",
+                                                  "aten_conv2d_grad_weight",
+                                                  "aten_conv2d_grad_bias"}
+
+
+def test_untuned_batch_size_falls_back_to_torch(exported):
+    _, path, libs = exported
+    library, _ = libs[False]
+    spec = _load(path)
+    other = runpy.run_path(str(path))["make_inputs"](batch=3)
+    eager = spec.model.eval()
+    compiled, backend = _compiled(copy.deepcopy(eager), library)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*other), eager(*other), **TOL)
+    matched = [d for d in backend.decisions if d.workload]
+    assert matched and all(d.chosen == "torch" for d in matched)
+    assert {d.reason for d in matched} == {"shape not in the library"}
+
+
+def test_choices_file_report_and_explain_name_every_task(exported, capsys):
+    import autosched.torch
+    from autosched.cli.main import main
+    from autosched.model.choice import read_choices
+
+    _, path, libs = exported
+    library, kept = libs[True]
+    choices = read_choices(library)
+    chosen = {c.chosen for c in choices}
+    assert chosen == {"autosched", "torch"}
+    assert all(c.torch_s is not None for c in choices)
+    kept_choice = next(c for c in choices if (c.workload, tuple(sorted(c.params.items())))
+                       == kept)
+    assert kept_choice.chosen == "torch" and kept_choice.torch_s == pytest.approx(1e-9)
+    assert main(["report", "--db", libs["db"], "--no-plots", "--model-library",
+                 str(library)]) == 0
+    out = capsys.readouterr().out
+    won = sum(c.chosen == "autosched" for c in choices)
+    assert f"{won} of {len(choices)} operators run autosched kernels" in out
+    assert "torch:aten_" in out  # the baseline records, beside the kernels' records
+    _, backend = _compiled(_load(path).model, library)
+    assert autosched.torch.explain(backend).count("\n") == 1  # nothing compiled: header
