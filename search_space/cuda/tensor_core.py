@@ -1,0 +1,232 @@
+"""The tensor-core sketch: GEMM-shaped reductions on 16-bit inputs computed by warp-level
+`mma.sync` (sm_80 and newer).
+
+The block is brought into GEMM form (`gemm_form.py`: matmul, batch matmul, dense,
+implicit-GEMM convolution) with every dimension padded to the block tile, then:
+
+- grid: one thread block per BM x BN output tile (batch on blockIdx.y), walked in
+  groups of `raster` tile rows so neighbouring blocks share their A and B panels in L2;
+- block: `warps_m x warps_n` warps (threadIdx.y), each computing a `frags_m x frags_n`
+  tile of 16 x 16 accumulators in registers ("warp" scope, the mma fragment layout);
+- K in chunks of `k_chunk`; each chunk of A and B is copied into dynamic shared memory
+  by all threads with `vector`-wide `cp.async` copies, rows padded by 16 bytes against
+  bank conflicts, in a software pipeline of `stages` buffers (the copies of later
+  chunks are in flight while the warps compute on the current one);
+- per 16-wide K step, `ldmatrix` loads each warp's fragments and two
+  `mma.sync.m16n8k16` per fragment pair accumulate (fp32, or fp16 when the workload
+  accumulates in fp16);
+- write-back per 16 x 16 accumulator: fragment -> a per-warp tile in shared memory ->
+  global memory, with the elementwise consumers (bias, activation, casts) and the
+  padding's bounds folded into that store.
+
+All decisions are drawn before the schedule is built and each is drawn within what the
+earlier ones leave of the target's budgets (threads, shared memory), so samples fit by
+construction; `check` still measures the lowered kernel.
+"""
+from __future__ import annotations
+
+from ..decisions import Decider
+from ..sketch import Sketch
+from .analysis import classify
+from .common import UNROLL_STEPS, annotate_unroll, bind_unbound, inline_spatial, try_inline
+from .gemm_form import BATCH, K, M, N, gemm_roles, to_gemm_form
+from .limits import GpuLimits
+from .mma_intrin import INPUT_DTYPES, TILE, WARP, fragment_slot, intrin_names
+
+FRAGS = (1, 2, 4)            # 16 x 16 accumulators per warp along M or N
+WARPS = (1, 2, 4)            # warps per block along M or N
+K_CHUNKS = (16, 32, 64)
+STAGES = (2, 3, 4)
+RASTER = (1, 2, 4, 8)
+MAX_WARPS = 8
+ROW_PAD_BYTES = 16           # shared rows padded by one 16-byte bank group
+MMA_MIN_ARCH = 80
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def arch_number(target) -> int:
+    """80 for sm_80, 90 for sm_90a."""
+    digits = "".join(ch for ch in str(target.config.get("arch", "sm_0")) if ch.isdigit())
+    return int(digits or 0)
+
+
+def tensor_core_blocks(sch, target) -> list[str]:
+    """The blocks this sketch computes on tensor cores: GEMM-shaped reductions on fp16
+    or bf16 inputs accumulating in fp32 (or fp16 from fp16), on sm_80 and newer."""
+    if arch_number(target) < MMA_MIN_ARCH:
+        return []
+    out = []
+    for name in classify(sch).tiled:
+        roles = gemm_roles(sch, sch.get_sblock(name))
+        if roles is not None and roles.in_dtype in INPUT_DTYPES and (
+                roles.acc_dtype == "float32"
+                or roles.acc_dtype == roles.in_dtype == "float16"):
+            out.append(name)
+    return out
+
+
+def shared_bytes(bm: int, bn: int, kc: int, stages: int, warps: int, in_bytes: int,
+                 acc_bytes: int) -> int:
+    """Shared memory of one block: `stages` padded chunks of A and B plus one 16 x 16
+    output tile per warp."""
+    row = kc * in_bytes + ROW_PAD_BYTES
+    return stages * (bm + bn) * row + warps * TILE * TILE * acc_bytes
+
+
+class TensorCoreSketch(Sketch):
+    """mma.sync tiles for the task's GEMM-shaped reductions (see the module docstring);
+    the other blocks are inlined or bound as in the other sketches."""
+
+    name = "tensor_core"
+
+    def __init__(self, limits: GpuLimits, target):
+        self.limits = limits
+        self.target = target
+
+    def apply(self, sch, decide: Decider) -> None:
+        for name in tensor_core_blocks(sch, self.target):
+            schedule_gemm(sch, name, decide, self.limits)
+        inline_spatial(sch, classify(sch).spatial)
+        bind_unbound(sch, self.limits, decide)
+
+
+def _decide(decide: Decider, name: str, roles, limits: GpuLimits) -> dict:
+    """Every decision of one block, each within what the earlier ones leave."""
+    in_bytes = 2
+    acc_bytes = 4 if roles.acc_dtype == "float32" else 2
+    ext = roles.extents
+    wm = decide.choice(f"{name}.warps_m", [w for w in WARPS if w * TILE <= _ceil(ext[M], 1) * 2])
+    wn = decide.choice(f"{name}.warps_n", [w for w in WARPS if w * wm <= MAX_WARPS])
+    fm = decide.choice(f"{name}.frags_m", [f for f in FRAGS
+                                          if f == 1 or f * wm * TILE <= _ceil(ext[M], 16) * 16])
+    fn = decide.choice(f"{name}.frags_n", [f for f in FRAGS
+                                          if f == 1 or f * wn * TILE <= _ceil(ext[N], 16) * 16])
+    bm, bn = wm * fm * TILE, wn * fn * TILE
+    fits = [(kc, st) for kc in K_CHUNKS for st in STAGES
+            if shared_bytes(bm, bn, kc, st, wm * wn, in_bytes, acc_bytes)
+            <= limits.max_dynamic_shared_memory_per_block]
+    kc = decide.choice(f"{name}.k_chunk", sorted({kc for kc, _ in fits}) or [16])
+    stages = decide.choice(f"{name}.stages", [st for k, st in fits if k == kc] or [2])
+    vector = decide.choice(f"{name}.vector", [v for v in (8, 4, 2)
+                                              if (kc * bm) % (v * wm * wn * WARP) == 0
+                                              or v == 2])
+    tiles_m = _ceil(ext[M], bm)
+    raster = decide.choice(f"{name}.raster", [r for r in RASTER if tiles_m % r == 0])
+    unroll = decide.choice(f"{name}.unroll", UNROLL_STEPS)
+    return {"wm": wm, "wn": wn, "fm": fm, "fn": fn, "bm": bm, "bn": bn, "kc": kc,
+            "stages": stages, "vector": vector, "raster": raster, "unroll": unroll}
+
+
+def schedule_gemm(sch, name: str, decide: Decider, limits: GpuLimits) -> None:
+    """The tensor-core schedule of block `name` (see the module docstring)."""
+    roles = gemm_roles(sch, sch.get_sblock(name))
+    d = _decide(decide, name, roles, limits)
+    made = to_gemm_form(sch, name, roles, {BATCH: 1, M: d["bm"], N: d["bn"], K: d["kc"]})
+    intrin = intrin_names(roles.in_dtype, roles.acc_dtype, roles.b_kn)
+    for key in ("A", "B"):
+        try_inline(sch, made[key])      # the reindex copy into the padding block
+    block = sch.get_sblock(name)
+    batch = BATCH in roles.groups
+    loops = sch.get_loops(block)
+    outer, inner = [], []
+    for lp in loops[int(batch):]:
+        o, i = sch.split(lp, [None, TILE])
+        outer.append(o)
+        inner.append(i)
+    mo, no, ko = outer
+    sch.reorder(mo, no, ko, *inner)
+    sch.blockize(inner[0])
+    outer_block = sch.get_sblock(name + "_o")
+    m0, m1, m2 = sch.split(mo, [None, d["wm"], d["fm"]])
+    n0, n1, n2 = sch.split(no, [None, d["wn"], d["fn"]])
+    k0, k1 = sch.split(ko, [None, d["kc"] // TILE])
+    m0a, m0b = sch.split(m0, [None, d["raster"]])
+    sch.reorder(m0a, n0, m0b, m1, n1, k0, k1, m2, n2)
+    bx = sch.fuse(m0a, n0, m0b)
+    sch.bind(bx, "blockIdx.x")
+    if batch:
+        sch.bind(sch.get_loops(outer_block)[0], "blockIdx.y")
+    ty = sch.fuse(m1, n1)
+    sch.bind(ty, "threadIdx.y")
+    _stage_inputs(sch, outer_block, roles, made, k0, k1, d, intrin)
+    _stage_output(sch, outer_block, ty, d, intrin)
+    sch.decompose_reduction(outer_block, k0)
+    sch.tensorize(sch.get_loops(sch.get_sblock(name))[-3], intrin.compute)
+    sch.tensorize(sch.get_loops(sch.get_sblock(name + "_init"))[-2], intrin.fill)
+    sch.annotate(k0, "software_pipeline_stage", [0, 0, d["stages"] - 1])
+    sch.annotate(k0, "software_pipeline_order", [0, 1, 2])
+    sch.annotate(k0, "software_pipeline_async_stages", [0])
+    annotate_unroll(sch, bx, d["unroll"])
+
+
+def _stage_inputs(sch, block, roles, made, k0, k1, d, intrin) -> None:
+    """A and B: global -> shared (cooperative, vectorised, async) at each K chunk, shared
+    -> fragments (ldmatrix) at each 16-wide K step."""
+    threads = d["wm"] * d["wn"]
+    for key, index, load in (("A", roles.a_index, intrin.load_a), ("B", roles.b_index,
+                                                                   intrin.load_b)):
+        smem = sch.cache_read(block, index, "shared.dyn")
+        sch.compute_at(smem, k0)
+        # the padding block (and through it the reindex copy) becomes the copy's address
+        # arithmetic and predicate
+        for producer in sch.get_producers(smem):
+            try_inline(sch, sch.get(producer).name_hint)
+        fused = sch.fuse(*sch.get_loops(smem)[-2:])
+        _, ty, tx, vec = sch.split(fused, [None, threads, WARP, d["vector"]])
+        sch.bind(ty, "threadIdx.y")
+        sch.bind(tx, "threadIdx.x")
+        sch.vectorize(vec)
+        sch.storage_align(smem, 0, axis=-2, factor=32, offset=ROW_PAD_BYTES // 2)
+        frag = sch.cache_read(block, index, "warp")
+        sch.compute_at(frag, k1)
+        r, c = sch.get_loops(frag)[-2:]
+        r0, r1 = sch.split(r, [None, TILE])
+        c0, c1 = sch.split(c, [None, TILE])
+        sch.reorder(r0, c0, r1, c1)
+        sch.transform_layout(frag, ("write", 0), _fragment_map(swap=key == "B" and roles.b_kn))
+        sch.tensorize(r1, load)
+
+
+def _fragment_map(swap: bool):
+    """Buffer (r, c) -> (tile r, tile c, thread, slot); for B stored [k, n] the fragment
+    holds the tile as [n, k] (`swap`)."""
+    def fn(r, c):
+        i, j = (c, r) if swap else (r, c)
+        return (r // TILE, c // TILE, *fragment_slot(i % TILE, j % TILE))
+    return fn
+
+
+def _stage_output(sch, block, ty, d, intrin) -> None:
+    """Accumulators in fragments; per 16 x 16 fragment: store to a per-warp shared tile,
+    then all lanes of the warp write it out with the epilogue folded in."""
+    smem_wb = sch.cache_write(block, 0, "shared.dyn")
+    frag_wb = sch.cache_write(block, 0, "warp")
+    _fold_consumers(sch, smem_wb)
+    sch.reverse_compute_at(frag_wb, ty)
+    r, c = sch.get_loops(frag_wb)[-2:]
+    r0, r1 = sch.split(r, [None, TILE])
+    c0, c1 = sch.split(c, [None, TILE])
+    sch.reorder(r0, c0, r1, c1)
+    sch.transform_layout(frag_wb, ("read", 0), _fragment_map(swap=False))
+    sch.reverse_compute_at(smem_wb, c0)
+    fused = sch.fuse(*sch.get_loops(smem_wb)[-2:])
+    _, tx = sch.split(fused, [None, WARP])
+    sch.bind(tx, "threadIdx.x")
+    sch.tensorize(r1, intrin.store)
+
+
+def _fold_consumers(sch, block) -> None:
+    """Fold the chain of single consumers after `block` into it (the padding's slice,
+    the reindex copy, bias, activation, casts) until one does not fold (it reads the
+    output at other points: it stays its own kernel)."""
+    for _ in range(16):
+        consumers = sch.get_consumers(block)
+        if len(consumers) != 1:
+            return
+        try:
+            sch.reverse_compute_inline(consumers[0])
+        except Exception:
+            return
