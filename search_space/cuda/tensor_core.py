@@ -126,8 +126,6 @@ def schedule_gemm(sch, name: str, decide: Decider, limits: GpuLimits) -> None:
     d = _decide(decide, name, roles, limits)
     made = to_gemm_form(sch, name, roles, {BATCH: 1, M: d["bm"], N: d["bn"], K: d["kc"]})
     intrin = intrin_names(roles.in_dtype, roles.acc_dtype, roles.b_kn)
-    for key in ("A", "B"):
-        try_inline(sch, made[key])      # the reindex copy into the padding block
     block = sch.get_sblock(name)
     batch = BATCH in roles.groups
     loops = sch.get_loops(block)
@@ -170,10 +168,7 @@ def _stage_inputs(sch, block, roles, made, k0, k1, d, intrin) -> None:
                                                                    intrin.load_b)):
         smem = sch.cache_read(block, index, "shared.dyn")
         sch.compute_at(smem, k0)
-        # the padding block (and through it the reindex copy) becomes the copy's address
-        # arithmetic and predicate
-        for producer in sch.get_producers(smem):
-            try_inline(sch, sch.get(producer).name_hint)
+        _inline_producers(sch, smem)
         fused = sch.fuse(*sch.get_loops(smem)[-2:])
         _, ty, tx, vec = sch.split(fused, [None, threads, WARP, d["vector"]])
         sch.bind(ty, "threadIdx.y")
@@ -186,17 +181,36 @@ def _stage_inputs(sch, block, roles, made, k0, k1, d, intrin) -> None:
         r0, r1 = sch.split(r, [None, TILE])
         c0, c1 = sch.split(c, [None, TILE])
         sch.reorder(r0, c0, r1, c1)
-        sch.transform_layout(frag, ("write", 0), _fragment_map(swap=key == "B" and roles.b_kn))
+        sch.transform_layout(frag, ("write", 0), _fragment_map(
+            _ndim(sch, frag, "write"), swap=key == "B" and roles.b_kn))
         sch.tensorize(r1, load)
 
 
-def _fragment_map(swap: bool):
-    """Buffer (r, c) -> (tile r, tile c, thread, slot); for B stored [k, n] the fragment
-    holds the tile as [n, k] (`swap`)."""
-    def fn(r, c):
+def _inline_producers(sch, copy) -> None:
+    """Inline the chain of elementwise producers into the shared-memory copy: the
+    padding to the tile, the reindex copy, a convolution's zero padding. Their index
+    arithmetic and bounds become the copy's addresses and its predicate."""
+    for _ in range(8):
+        names = [sch.get(p).name_hint for p in sch.get_producers(copy)]
+        if not any(try_inline(sch, n) for n in names):
+            return
+
+
+def _fragment_map(ndim: int, swap: bool):
+    """Buffer (..., r, c) -> (..., tile r, tile c, thread, slot); for B stored [k, n]
+    the fragment holds the tile as [n, k] (`swap`)."""
+    from tvm.tirx.function import IndexMap
+
+    def fn(*idx):
+        r, c = idx[-2:]
         i, j = (c, r) if swap else (r, c)
-        return (r // TILE, c // TILE, *fragment_slot(i % TILE, j % TILE))
-    return fn
+        return (*idx[:-2], r // TILE, c // TILE, *fragment_slot(i % TILE, j % TILE))
+    return IndexMap.from_func(fn, ndim=ndim, index_dtype="int32")
+
+
+def _ndim(sch, block, side: str) -> int:
+    regions = sch.get(block).writes if side == "write" else sch.get(block).reads
+    return len(regions[0].source.shape)
 
 
 def _stage_output(sch, block, ty, d, intrin) -> None:
@@ -210,7 +224,8 @@ def _stage_output(sch, block, ty, d, intrin) -> None:
     r0, r1 = sch.split(r, [None, TILE])
     c0, c1 = sch.split(c, [None, TILE])
     sch.reorder(r0, c0, r1, c1)
-    sch.transform_layout(frag_wb, ("read", 0), _fragment_map(swap=False))
+    sch.transform_layout(frag_wb, ("read", 0), _fragment_map(_ndim(sch, frag_wb, "read"),
+                                                             swap=False))
     sch.reverse_compute_at(smem_wb, c0)
     fused = sch.fuse(*sch.get_loops(smem_wb)[-2:])
     _, tx = sch.split(fused, [None, WARP])
