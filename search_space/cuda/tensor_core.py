@@ -22,8 +22,17 @@ implicit-GEMM convolution) with every dimension padded to the block tile, then:
 All decisions are drawn before the schedule is built and each is drawn within what the
 earlier ones leave of the target's budgets (threads, shared memory), so samples fit by
 construction; `check` still measures the lowered kernel.
+
+The same schedule can be realised for the CPU (`CPU_CHECK`): every loop and layout as on
+the GPU, but thread loops serial, buffers in plain memory and each intrinsic left as its
+description computes it (`tensorize` only swaps a matched description for the
+instruction). Built for llvm it checks the schedule's index arithmetic -- GEMM form,
+padding, predicates, fragment layouts, write-back -- against the reference; a race-free
+GPU kernel computes what its serialised threads compute.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..decisions import Decider
 from ..sketch import Sketch
@@ -41,6 +50,28 @@ RASTER = (1, 2, 4, 8)
 MAX_WARPS = 8
 ROW_PAD_BYTES = 16           # shared rows padded by one 16-byte bank group
 MMA_MIN_ARCH = 80
+
+
+@dataclass(frozen=True)
+class Realization:
+    """Where the schedule runs: on the GPU, or serialised on the CPU for the check of
+    its index arithmetic (see the module docstring)."""
+
+    on_gpu: bool = True
+
+    def bind(self, sch, loop, thread: str) -> None:
+        if self.on_gpu:
+            sch.bind(loop, thread)
+
+    def tensorize(self, sch, loop, intrin: str) -> None:
+        if self.on_gpu:
+            sch.tensorize(loop, intrin)
+
+    def scope(self, scope: str) -> str:
+        return scope if self.on_gpu else "global"
+
+
+GPU, CPU_CHECK = Realization(True), Realization(False)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -82,15 +113,18 @@ class TensorCoreSketch(Sketch):
 
     name = "tensor_core"
 
-    def __init__(self, limits: GpuLimits, target):
+    def __init__(self, limits: GpuLimits, target, realization: Realization = GPU):
         self.limits = limits
         self.target = target
+        self.realization = realization
 
     def apply(self, sch, decide: Decider) -> None:
+        spatial = classify(sch).spatial   # the task's own, not the sketch's stages
         for name in tensor_core_blocks(sch, self.target):
-            schedule_gemm(sch, name, decide, self.limits)
-        inline_spatial(sch, classify(sch).spatial)
-        bind_unbound(sch, self.limits, decide)
+            schedule_gemm(sch, name, decide, self.limits, self.realization)
+        inline_spatial(sch, spatial)
+        if self.realization.on_gpu:
+            bind_unbound(sch, self.limits, decide)
 
 
 def _decide(decide: Decider, name: str, roles, limits: GpuLimits) -> dict:
@@ -120,11 +154,12 @@ def _decide(decide: Decider, name: str, roles, limits: GpuLimits) -> dict:
             "stages": stages, "vector": vector, "raster": raster, "unroll": unroll}
 
 
-def schedule_gemm(sch, name: str, decide: Decider, limits: GpuLimits) -> None:
+def schedule_gemm(sch, name: str, decide: Decider, limits: GpuLimits,
+                  on: Realization = GPU) -> None:
     """The tensor-core schedule of block `name` (see the module docstring)."""
     roles = gemm_roles(sch, sch.get_sblock(name))
     d = _decide(decide, name, roles, limits)
-    made = to_gemm_form(sch, name, roles, {BATCH: 1, M: d["bm"], N: d["bn"], K: d["kc"]})
+    to_gemm_form(sch, name, roles, {BATCH: 1, M: d["bm"], N: d["bn"], K: d["kc"]})
     intrin = intrin_names(roles.in_dtype, roles.acc_dtype, roles.b_kn)
     block = sch.get_sblock(name)
     batch = BATCH in roles.groups
@@ -144,38 +179,39 @@ def schedule_gemm(sch, name: str, decide: Decider, limits: GpuLimits) -> None:
     m0a, m0b = sch.split(m0, [None, d["raster"]])
     sch.reorder(m0a, n0, m0b, m1, n1, k0, k1, m2, n2)
     bx = sch.fuse(m0a, n0, m0b)
-    sch.bind(bx, "blockIdx.x")
+    on.bind(sch, bx, "blockIdx.x")
     if batch:
-        sch.bind(sch.get_loops(outer_block)[0], "blockIdx.y")
+        on.bind(sch, sch.get_loops(outer_block)[0], "blockIdx.y")
     ty = sch.fuse(m1, n1)
-    sch.bind(ty, "threadIdx.y")
-    _stage_inputs(sch, outer_block, roles, made, k0, k1, d, intrin)
-    _stage_output(sch, outer_block, ty, d, intrin)
+    on.bind(sch, ty, "threadIdx.y")
+    _stage_inputs(sch, outer_block, roles, k0, k1, d, intrin, on)
+    _stage_output(sch, outer_block, ty, intrin, on)
     sch.decompose_reduction(outer_block, k0)
-    sch.tensorize(sch.get_loops(sch.get_sblock(name))[-3], intrin.compute)
-    sch.tensorize(sch.get_loops(sch.get_sblock(name + "_init"))[-2], intrin.fill)
-    sch.annotate(k0, "software_pipeline_stage", [0, 0, d["stages"] - 1])
-    sch.annotate(k0, "software_pipeline_order", [0, 1, 2])
-    sch.annotate(k0, "software_pipeline_async_stages", [0])
+    on.tensorize(sch, sch.get_loops(sch.get_sblock(name))[-3], intrin.compute)
+    on.tensorize(sch, sch.get_loops(sch.get_sblock(name + "_init"))[-2], intrin.fill)
+    if on.on_gpu:
+        sch.annotate(k0, "software_pipeline_stage", [0, 0, d["stages"] - 1])
+        sch.annotate(k0, "software_pipeline_order", [0, 1, 2])
+        sch.annotate(k0, "software_pipeline_async_stages", [0])
     annotate_unroll(sch, bx, d["unroll"])
 
 
-def _stage_inputs(sch, block, roles, made, k0, k1, d, intrin) -> None:
+def _stage_inputs(sch, block, roles, k0, k1, d, intrin, on: Realization) -> None:
     """A and B: global -> shared (cooperative, vectorised, async) at each K chunk, shared
     -> fragments (ldmatrix) at each 16-wide K step."""
     threads = d["wm"] * d["wn"]
     for key, index, load in (("A", roles.a_index, intrin.load_a), ("B", roles.b_index,
                                                                    intrin.load_b)):
-        smem = sch.cache_read(block, index, "shared.dyn")
+        smem = sch.cache_read(block, index, on.scope("shared.dyn"))
         sch.compute_at(smem, k0)
         _inline_producers(sch, smem)
         fused = sch.fuse(*sch.get_loops(smem)[-2:])
         _, ty, tx, vec = sch.split(fused, [None, threads, WARP, d["vector"]])
-        sch.bind(ty, "threadIdx.y")
-        sch.bind(tx, "threadIdx.x")
+        on.bind(sch, ty, "threadIdx.y")
+        on.bind(sch, tx, "threadIdx.x")
         sch.vectorize(vec)
         sch.storage_align(smem, 0, axis=-2, factor=32, offset=ROW_PAD_BYTES // 2)
-        frag = sch.cache_read(block, index, "warp")
+        frag = sch.cache_read(block, index, on.scope("warp"))
         sch.compute_at(frag, k1)
         r, c = sch.get_loops(frag)[-2:]
         r0, r1 = sch.split(r, [None, TILE])
@@ -183,7 +219,7 @@ def _stage_inputs(sch, block, roles, made, k0, k1, d, intrin) -> None:
         sch.reorder(r0, c0, r1, c1)
         sch.transform_layout(frag, ("write", 0), _fragment_map(
             _ndim(sch, frag, "write"), swap=key == "B" and roles.b_kn))
-        sch.tensorize(r1, load)
+        on.tensorize(sch, r1, load)
 
 
 def _inline_producers(sch, copy) -> None:
@@ -213,12 +249,18 @@ def _ndim(sch, block, side: str) -> int:
     return len(regions[0].source.shape)
 
 
-def _stage_output(sch, block, ty, d, intrin) -> None:
+def _stage_output(sch, block, ty, intrin, on: Realization) -> None:
     """Accumulators in fragments; per 16 x 16 fragment: store to a per-warp shared tile,
-    then all lanes of the warp write it out with the epilogue folded in."""
-    smem_wb = sch.cache_write(block, 0, "shared.dyn")
-    frag_wb = sch.cache_write(block, 0, "warp")
-    _fold_consumers(sch, smem_wb)
+    then all lanes of the warp write it out with the epilogue folded in.
+
+    The block's (padded) output becomes the shared tile itself, so its first consumer
+    -- the slice of the padding back to the real extents, or the reindex copy -- is the
+    write-back: computed at each fragment, it keeps its own domain, whose bounds become
+    the store's predicate."""
+    sch.set_scope(block, 0, on.scope("shared.dyn"))
+    frag_wb = sch.cache_write(block, 0, on.scope("warp"))
+    (writeback,) = sch.get_consumers(frag_wb)
+    _fold_consumers(sch, writeback)
     sch.reverse_compute_at(frag_wb, ty)
     r, c = sch.get_loops(frag_wb)[-2:]
     r0, r1 = sch.split(r, [None, TILE])
@@ -226,11 +268,11 @@ def _stage_output(sch, block, ty, d, intrin) -> None:
     sch.reorder(r0, c0, r1, c1)
     sch.transform_layout(frag_wb, ("read", 0), _fragment_map(_ndim(sch, frag_wb, "read"),
                                                              swap=False))
-    sch.reverse_compute_at(smem_wb, c0)
-    fused = sch.fuse(*sch.get_loops(smem_wb)[-2:])
+    sch.reverse_compute_at(writeback, c0)
+    fused = sch.fuse(*sch.get_loops(writeback)[-2:])
     _, tx = sch.split(fused, [None, WARP])
-    sch.bind(tx, "threadIdx.x")
-    sch.tensorize(r1, intrin.store)
+    on.bind(sch, tx, "threadIdx.x")
+    on.tensorize(sch, r1, intrin.store)
 
 
 def _fold_consumers(sch, block) -> None:
