@@ -9,8 +9,8 @@ implicit-GEMM convolution) with every dimension padded to the block tile, then:
 - block: `warps_m x warps_n` warps (threadIdx.y), each computing a `frags_m x frags_n`
   tile of 16 x 16 accumulators in registers ("warp" scope, the mma fragment layout);
 - K in chunks of `k_chunk`; each chunk of A and B is copied into dynamic shared memory
-  by all threads with `vector`-wide `cp.async` copies, rows padded by 16 bytes against
-  bank conflicts, in a software pipeline of `stages` buffers (the copies of later
+  by all threads with `vector`-wide `cp.async` copies, rows padded against bank
+  conflicts (`padded_row`), in a software pipeline of `stages` buffers (the copies of later
   chunks are in flight while the warps compute on the current one);
 - per 16-wide K step, `ldmatrix` loads each warp's fragments and two
   `mma.sync.m16n8k16` per fragment pair accumulate (fp32, or fp16 when the workload
@@ -48,7 +48,7 @@ K_CHUNKS = (16, 32, 64)
 STAGES = (2, 3, 4)
 RASTER = (1, 2, 4, 8)
 MAX_WARPS = 8
-ROW_PAD_BYTES = 16           # shared rows padded by one 16-byte bank group
+ROW_PAD, ALIGN_FACTOR = 8, 32   # shared rows: stride = 8 (mod 32) elements
 MMA_MIN_ARCH = 80
 
 
@@ -99,12 +99,20 @@ def tensor_core_blocks(sch, target) -> list[str]:
     return out
 
 
-def shared_bytes(bm: int, bn: int, kc: int, stages: int, warps: int, in_bytes: int,
+def padded_row(elements: int) -> int:
+    """A shared row's stride after `storage_align(factor=32, offset=8)`: rows start 16
+    bytes apart modulo the 32 banks, so ldmatrix's eight row reads hit eight bank groups."""
+    return elements + (ROW_PAD - elements) % ALIGN_FACTOR
+
+
+def shared_bytes(bm: int, bn: int, kc: int, stages: int, warps: int, b_kn: bool,
                  acc_bytes: int) -> int:
-    """Shared memory of one block: `stages` padded chunks of A and B plus one 16 x 16
-    output tile per warp."""
-    row = kc * in_bytes + ROW_PAD_BYTES
-    return stages * (bm + bn) * row + warps * TILE * TILE * acc_bytes
+    """Dynamic shared memory of one block: `stages` chunks of A ([bm, kc]) and B ([kc, bn]
+    or [bn, kc]) in 16-bit elements with padded rows; the per-warp 16 x 16 output tiles
+    reuse that space once the main loop is done (MergeSharedMemoryAllocations)."""
+    a = bm * padded_row(kc)
+    b = kc * padded_row(bn) if b_kn else bn * padded_row(kc)
+    return max(stages * (a + b) * 2, warps * TILE * TILE * acc_bytes)
 
 
 class TensorCoreSketch(Sketch):
@@ -129,7 +137,6 @@ class TensorCoreSketch(Sketch):
 
 def _decide(decide: Decider, name: str, roles, limits: GpuLimits) -> dict:
     """Every decision of one block, each within what the earlier ones leave."""
-    in_bytes = 2
     acc_bytes = 4 if roles.acc_dtype == "float32" else 2
     ext = roles.extents
     wm = decide.choice(f"{name}.warps_m", [w for w in WARPS if w * TILE <= _ceil(ext[M], 1) * 2])
@@ -140,7 +147,7 @@ def _decide(decide: Decider, name: str, roles, limits: GpuLimits) -> dict:
                                           if f == 1 or f * wn * TILE <= _ceil(ext[N], 16) * 16])
     bm, bn = wm * fm * TILE, wn * fn * TILE
     fits = [(kc, st) for kc in K_CHUNKS for st in STAGES
-            if shared_bytes(bm, bn, kc, st, wm * wn, in_bytes, acc_bytes)
+            if shared_bytes(bm, bn, kc, st, wm * wn, roles.b_kn, acc_bytes)
             <= limits.max_dynamic_shared_memory_per_block]
     kc = decide.choice(f"{name}.k_chunk", sorted({kc for kc, _ in fits}) or [16])
     stages = decide.choice(f"{name}.stages", [st for k, st in fits if k == kc] or [2])
@@ -210,7 +217,7 @@ def _stage_inputs(sch, block, roles, k0, k1, d, intrin, on: Realization) -> None
         on.bind(sch, ty, "threadIdx.y")
         on.bind(sch, tx, "threadIdx.x")
         sch.vectorize(vec)
-        sch.storage_align(smem, 0, axis=-2, factor=32, offset=ROW_PAD_BYTES // 2)
+        sch.storage_align(smem, 0, axis=-2, factor=ALIGN_FACTOR, offset=ROW_PAD)
         frag = sch.cache_read(block, index, on.scope("warp"))
         sch.compute_at(frag, k1)
         r, c = sch.get_loops(frag)[-2:]
