@@ -40,6 +40,8 @@ class GemmRoles:
     b_kn: bool
     a_index: int          # positions of A and B in the block's read regions
     b_index: int
+    runs: tuple = (1, 1)  # contiguous elements a staged row of A, of B starts with
+
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -97,9 +99,24 @@ def gemm_roles(sch, block) -> GemmRoles | None:
     a, b = (str(ld.source.name) for ld in loads)
     last_b = {str(v.name) for v in free_vars(loads[1].indices[-1])}
     n_names = {str(stmt.iter_vars[p].var.name) for p in groups[N]}
+    b_kn = bool(last_b & n_names)
+    runs = (_run(stmt, loads[0], groups[K]), _run(stmt, loads[1], groups[N if b_kn else K]))
     return GemmRoles({r: tuple(ps) for r, ps in groups.items() if ps}, extents,
-                     str(loads[0].source.dtype), str(out.source.dtype),
-                     bool(last_b & n_names), reads.index(a), reads.index(b))
+                     str(loads[0].source.dtype), str(out.source.dtype), b_kn,
+                     reads.index(a), reads.index(b), runs)
+
+
+def _run(stmt, load, group) -> int:
+    """How many elements along a staged row are contiguous in memory and aligned alike:
+    when the access's innermost index is the row's innermost variable, the gcd of that
+    variable's extent and the buffer's row length (a vector copy never crosses either);
+    else 1."""
+    import math
+
+    inner = stmt.iter_vars[group[-1]]
+    if not load.indices[-1].same_as(inner.var):
+        return 1
+    return math.gcd(int(inner.dom.extent), int(load.source.shape[-1]))
 
 
 def _product(values) -> int:

@@ -151,9 +151,9 @@ def _decide(decide: Decider, name: str, roles, limits: GpuLimits) -> dict:
             <= limits.max_dynamic_shared_memory_per_block]
     kc = decide.choice(f"{name}.k_chunk", sorted({kc for kc, _ in fits}) or [16])
     stages = decide.choice(f"{name}.stages", [st for k, st in fits if k == kc] or [2])
-    vector = decide.choice(f"{name}.vector", [v for v in (8, 4, 2)
-                                              if (kc * bm) % (v * wm * wn * WARP) == 0
-                                              or v == 2])
+    # 16-, 8- or 4-byte cp.async: aligned and contiguous in both inputs' rows
+    vector = decide.choice(f"{name}.vector", [v for v in (8, 4, 2) if all(
+        run % v == 0 for run in roles.runs)] or [1])
     tiles_m = _ceil(ext[M], bm)
     raster = decide.choice(f"{name}.raster", [r for r in RASTER if tiles_m % r == 0])
     unroll = decide.choice(f"{name}.unroll", UNROLL_STEPS)
