@@ -22,6 +22,8 @@ import math
 NAMES = ("mma_per_thread", "mma_per_block", "ldmatrix_per_thread", "warps", "stages",
          "async", "smem_pipelined")
 _MMA, _LDMATRIX = "tirx.ptx_legacy.mma", "tirx.ptx_legacy.ldmatrix"
+# statements that only wrap a body
+_WRAPPERS = ("AttrStmt", "LetStmt", "DeclBuffer", "AllocBuffer", "While", "AssertStmt")
 
 
 def _lg(x: float) -> float:
@@ -51,13 +53,13 @@ class _Count:
             if chunk and str(s.buffer.scope()).startswith("shared"):
                 dt = s.buffer.dtype
                 self.smem += chunk * stage_factor * max(1, int(dt.bits) * int(dt.lanes) // 8)
-        elif kind == "Evaluate":
-            op = getattr(getattr(s.value, "op", None), "name", "")
+        elif kind == "Evaluate" and type(s.value).__name__ == "Call":
+            op = str(s.value.op.name)
             if op in self.calls:
                 self.calls[op] += repeat
         elif kind == "IfThenElse":
             self.stmt(s.then_case, repeat, stage_factor, chunk)
-        elif hasattr(s, "body"):
+        elif kind in _WRAPPERS:
             self.stmt(s.body, repeat, stage_factor, chunk)
 
     def loop(self, s, repeat: int, stage_factor: int, chunk: int) -> None:

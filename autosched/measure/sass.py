@@ -51,7 +51,7 @@ def dump_sass(path: str) -> str:
             with open(fb, "wb") as f:
                 f.write(blob)
             out = subprocess.run([cuobjdump(), "--dump-sass", fb], capture_output=True,
-                                 text=True, timeout=120)
+                                 text=True, timeout=120, check=False)
             if out.returncode != 0:
                 raise InfrastructureError("cuobjdump failed: " + out.stderr.strip()[:300])
             texts.append(out.stdout)

@@ -36,7 +36,7 @@ class GpuLimits:
     registers_per_block: int = 65536
 
     @staticmethod
-    def of(target) -> "GpuLimits":
+    def of(target) -> GpuLimits:
         cfg = target.config
         static = int(cfg.get("max_shared_memory_per_block", 49152))
         return GpuLimits(int(cfg.get("max_num_threads", 1024)), static,

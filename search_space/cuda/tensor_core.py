@@ -286,11 +286,13 @@ def _fold_consumers(sch, block) -> None:
     """Fold the chain of single consumers after `block` into it (the padding's slice,
     the reindex copy, bias, activation, casts) until one does not fold (it reads the
     output at other points: it stays its own kernel)."""
+    from tvm.s_tir.schedule import ScheduleError
+
     for _ in range(16):
         consumers = sch.get_consumers(block)
         if len(consumers) != 1:
             return
         try:
             sch.reverse_compute_inline(consumers[0])
-        except Exception:
+        except ScheduleError:
             return

@@ -78,8 +78,8 @@ def test_dynamic_shared_memory_is_the_opt_in_limit():
     """Candidates may use dynamic shared memory up to the target's opt-in maximum, and
     the check holds a kernel to the limit of the target it is checked for."""
     from search_space import generate_space
-    from search_space.cuda.lowering import lower_for_check
     from search_space.cuda.limits import kernel_usage
+    from search_space.cuda.lowering import lower_for_check
     from search_space.cuda.tensor_core import shared_bytes
 
     task = _task("matmul_mp", "M=512", "N=512", "K=512")
@@ -175,7 +175,8 @@ def test_sampled_candidates_compile_with_hmma_and_ldgsts_for_sm80_and_sm90a(tmp_
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "tensor_core_dry_run.py"),
                           "--per-op", "2", "--seed", "1", "--json", str(out)],
-                         env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+                         env=env, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                         check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
     assert [r["case"] for r in rows] == ["matmul_fp16_odd", "matmul_bf16", "batch_matmul_fp16",
