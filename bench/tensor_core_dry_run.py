@@ -7,6 +7,7 @@ exactly that arch; no GPU needed) and count the tensor-core instructions in its 
 
 A candidate passes when it fits the target, compiles for every arch, and its SASS holds
 `HMMA` (mma.sync) and `LDGSTS` (cp.async: every candidate of the sketch pipelines).
+Also counted: passing candidates whose SASS touches local memory (`STL`/`LDL`: spills).
 The bar: at least 90% of the sampled candidates pass, per operator.
 """
 from __future__ import annotations
@@ -92,17 +93,19 @@ def dry_run(case: str, n: int, seed: int, archs) -> dict:
     space = generate_space(case_task(case), target_for(archs[0]))
     t0 = time.perf_counter()
     samples = distinct_tc_samples(space, n, random.Random(seed))
-    passed, failures, hmma = 0, Counter(), []
+    passed, failures, hmma, local_memory = 0, Counter(), [], 0
     library = os.path.join(tempfile.mkdtemp(), "k.so")
     for cand, mod in samples:
         reason, counts = verdict(space, mod, archs, library)
         if reason is None:
             passed += 1
             hmma.append(counts[archs[0]]["HMMA"])
+            local_memory += any(c["STL"] or c["LDL"] for c in counts.values())
         else:
             failures[reason[:160]] += 1
     return {"case": case, "task": space.task.name, "sampled": len(samples), "passed": passed,
             "rate": passed / max(1, n), "hmma_min": min(hmma, default=0),
+            "with_local_memory": local_memory,
             "seconds": round(time.perf_counter() - t0, 1), "failures": dict(failures)}
 
 
@@ -121,7 +124,8 @@ def main(argv=None) -> int:
         row = dry_run(case, args.per_op, args.seed, args.archs)
         rows.append(row)
         print(f"{case:<24} {row['passed']:>3}/{args.per_op} pass ({row['rate']:.0%}) "
-              f"min HMMA {row['hmma_min']}  {row['seconds']}s", flush=True)
+              f"min HMMA {row['hmma_min']}, {row['with_local_memory']} with STL/LDL  "
+              f"{row['seconds']}s", flush=True)
         for msg, k in row["failures"].items():
             print(f"    {k} x {msg}")
         if args.json:

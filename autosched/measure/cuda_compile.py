@@ -301,6 +301,9 @@ def build_cuda(mod, target_config: dict, compiler: str = AUTO) -> CudaBuild:
     arch = arch_of(target_config)
     chosen = choose_compiler(compiler)
     runtime = ensure_cuda_runtime()
+    from search_space.cuda.mma_intrin import register_store_layout
+
+    register_store_layout()   # tensor-core kernels' mma_store code generation needs it
     target = tvm_target(target_config)
     _State.compiler, _State.failure = chosen, None
     try:

@@ -8,7 +8,7 @@ every dtype it supports. Each intrinsic is a TVMScript pair: the description (th
 computation `tensorize` matches, also what the CPU check of a schedule runs in place of
 the instruction) and the implementation (the PTX the CUDA code generator emits).
 
-Fragment layout ("warp" scope, 32 threads x 8 values per 16 x 16 tile): element (i, j)
+Fragment layout (32 threads x 8 values per 16 x 16 tile; scopes: see FRAG_SCOPE): element (i, j)
 of a tile lives in thread 4 * (i % 8) + (j % 8) // 2, slot 4 * (j // 8) + 2 * (i // 8) +
 j % 2 -- the register layout `ldmatrix` fills and `mma.sync` reads (PTX ISA, "Matrix
 fragments for mma.m16n8k16").
@@ -25,6 +25,19 @@ TILE = 16                  # m = n = k of one warp-level tile
 SLOTS = TILE * TILE // WARP  # values per thread per tile
 INPUT_DTYPES = ("float16", "bfloat16")
 PTX_TYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+# The scope of every fragment (A, B and the accumulators). Lowering
+# (TransformMmaBufferLayout) turns a buffer of this scope whose last two dimensions are
+# 32 x 8 blocks into 8 registers per thread per block -- exactly our fragments' layout --
+# and the intrinsics, the only code touching fragments, address each thread's own
+# registers (offset / 32). "warp" scope goes through LowerWarpMemory instead, which in
+# TVM 0.27 leaves ldmatrix-written buffers whole in every thread (local memory) and
+# turns unrolled accumulator offsets into divisions nvcc cannot fold (local memory again).
+FRAG_SCOPE = "m16n8k8.matrixA"
+# The output tiles the accumulators are stored to: static shared memory, apart from the
+# dynamic pipeline buffers. In dynamic shared memory the tiles would be merged into the
+# pipeline's space (MergeSharedMemoryAllocations reuses it by liveness, without a
+# barrier), where one warp's write-back would race another's last fragment loads.
+OUT_SCOPE = "shared"
 
 
 def fragment_slot(i, j):
@@ -71,7 +84,7 @@ def _ldmatrix(dtype: str, operand: str, trans: bool):
         smem = T.match_buffer(smem_h, (TILE, TILE), dtype, align=64, offset_factor=TILE,
                               scope="shared.dyn")
         frag = T.match_buffer(frag_h, (WARP, SLOTS), dtype, align=64, offset_factor=TILE,
-                              scope="warp")
+                              scope=FRAG_SCOPE)
         with T.sblock("root"):
             T.reads(smem[0:TILE, 0:TILE])
             T.writes(frag[0:WARP, 0:SLOTS])
@@ -91,13 +104,13 @@ def _ldmatrix(dtype: str, operand: str, trans: bool):
         smem = T.match_buffer(smem_h, (TILE, TILE), dtype, align=64, offset_factor=TILE,
                               scope="shared.dyn", strides=[s0, s1])
         frag = T.match_buffer(frag_h, (WARP, SLOTS), dtype, align=64, offset_factor=TILE,
-                              scope="warp")
+                              scope=FRAG_SCOPE)
         with T.sblock("root"):
             T.reads(smem[0:TILE, 0:TILE])
             T.writes(frag[0:WARP, 0:SLOTS])
             for tx in T.thread_binding(0, WARP, "threadIdx.x"):
                 T.evaluate(T.ptx_legacy.ldmatrix(
-                    transpose, 4, ".b16", frag.data, frag.elem_offset + SLOTS * tx,
+                    transpose, 4, ".b16", frag.data, frag.elem_offset // WARP,
                     smem.access_ptr("r"), row_offset(tx, s0), dtype=dtype))
 
     return desc, impl
@@ -115,10 +128,12 @@ def _mma(in_dtype: str, acc_dtype: str):
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (WARP, SLOTS), in_dtype, align=64, offset_factor=TILE, scope="warp")
-        B = T.match_buffer(b, (WARP, SLOTS), in_dtype, align=64, offset_factor=TILE, scope="warp")
+        A = T.match_buffer(a, (WARP, SLOTS), in_dtype, align=64, offset_factor=TILE,
+                           scope=FRAG_SCOPE)
+        B = T.match_buffer(b, (WARP, SLOTS), in_dtype, align=64, offset_factor=TILE,
+                           scope=FRAG_SCOPE)
         C = T.match_buffer(c, (WARP, SLOTS), acc_dtype, align=64, offset_factor=TILE,
-                           scope="warp")
+                           scope=FRAG_SCOPE)
         with T.sblock("root"):
             T.reads(C[0:WARP, 0:SLOTS], A[0:WARP, 0:SLOTS], B[0:WARP, 0:SLOTS])
             T.writes(C[0:WARP, 0:SLOTS])
@@ -134,10 +149,12 @@ def _mma(in_dtype: str, acc_dtype: str):
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (WARP, SLOTS), in_dtype, align=64, offset_factor=TILE, scope="warp")
-        B = T.match_buffer(b, (WARP, SLOTS), in_dtype, align=64, offset_factor=TILE, scope="warp")
+        A = T.match_buffer(a, (WARP, SLOTS), in_dtype, align=64, offset_factor=TILE,
+                           scope=FRAG_SCOPE)
+        B = T.match_buffer(b, (WARP, SLOTS), in_dtype, align=64, offset_factor=TILE,
+                           scope=FRAG_SCOPE)
         C = T.match_buffer(c, (WARP, SLOTS), acc_dtype, align=64, offset_factor=TILE,
-                           scope="warp")
+                           scope=FRAG_SCOPE)
         with T.sblock("root"):
             T.reads(C[0:WARP, 0:SLOTS], A[0:WARP, 0:SLOTS], B[0:WARP, 0:SLOTS])
             T.writes(C[0:WARP, 0:SLOTS])
@@ -145,13 +162,13 @@ def _mma(in_dtype: str, acc_dtype: str):
                 # columns 0-7 of the tile, then 8-15: each half of B's and C's slots
                 T.evaluate(T.ptx_legacy.mma(
                     "m16n8k16", "row", "col", ptx_in, ptx_in, ptx_acc,
-                    A.data, A.elem_offset + tx * SLOTS, B.data, B.elem_offset + tx * SLOTS,
-                    C.data, C.elem_offset + tx * SLOTS, False, dtype=acc_dtype))
+                    A.data, A.elem_offset // WARP, B.data, B.elem_offset // WARP,
+                    C.data, C.elem_offset // WARP, False, dtype=acc_dtype))
                 T.evaluate(T.ptx_legacy.mma(
                     "m16n8k16", "row", "col", ptx_in, ptx_in, ptx_acc,
-                    A.data, A.elem_offset + tx * SLOTS,
-                    B.data, B.elem_offset + tx * SLOTS + SLOTS // 2,
-                    C.data, C.elem_offset + tx * SLOTS + SLOTS // 2, False, dtype=acc_dtype))
+                    A.data, A.elem_offset // WARP,
+                    B.data, B.elem_offset // WARP + SLOTS // 2,
+                    C.data, C.elem_offset // WARP + SLOTS // 2, False, dtype=acc_dtype))
 
     return desc, impl
 
@@ -164,7 +181,7 @@ def _fill(acc_dtype: str):
 
     @T.prim_func(s_tir=True)
     def desc(c: T.handle) -> None:
-        C = T.match_buffer(c, (WARP, SLOTS), acc_dtype, scope="warp")
+        C = T.match_buffer(c, (WARP, SLOTS), acc_dtype, scope=FRAG_SCOPE)
         with T.sblock("root"):
             T.reads()
             T.writes(C[0:WARP, 0:SLOTS])
@@ -178,12 +195,13 @@ def _fill(acc_dtype: str):
 
     @T.prim_func(s_tir=True)
     def impl(c: T.handle) -> None:
-        C = T.match_buffer(c, (WARP, SLOTS), acc_dtype, scope="warp", offset_factor=1)
+        C = T.match_buffer(c, (WARP, SLOTS), acc_dtype, scope=FRAG_SCOPE, offset_factor=1)
         with T.sblock("root"):
             T.reads()
             T.writes(C[0:WARP, 0:SLOTS])
             for tx in T.thread_binding(0, WARP, "threadIdx.x"):
-                T.evaluate(T.cuda.mma_fill_legacy(SLOTS, C.data, C.elem_offset, dtype=acc_dtype))
+                T.evaluate(T.cuda.mma_fill_legacy(SLOTS, C.data, C.elem_offset // WARP,
+                                                  dtype=acc_dtype))
 
     return desc, impl
 
@@ -195,8 +213,8 @@ def _store(acc_dtype: str):
 
     @T.prim_func(s_tir=True)
     def desc(c: T.handle, d: T.handle) -> None:
-        C = T.match_buffer(c, (WARP, SLOTS), acc_dtype, scope="warp")
-        D = T.match_buffer(d, (TILE, TILE), acc_dtype, scope="shared.dyn")
+        C = T.match_buffer(c, (WARP, SLOTS), acc_dtype, scope=FRAG_SCOPE)
+        D = T.match_buffer(d, (TILE, TILE), acc_dtype, scope=OUT_SCOPE)
         with T.sblock("root"):
             T.reads(C[0:WARP, 0:SLOTS])
             T.writes(D[0:TILE, 0:TILE])
@@ -212,16 +230,17 @@ def _store(acc_dtype: str):
     def impl(c: T.handle, d: T.handle) -> None:
         s0 = T.int32()
         s1 = T.int32()
-        C = T.match_buffer(c, (WARP, SLOTS), acc_dtype, scope="warp", offset_factor=1)
-        D = T.match_buffer(d, (TILE, TILE), acc_dtype, scope="shared.dyn", offset_factor=1,
+        C = T.match_buffer(c, (WARP, SLOTS), acc_dtype, scope=FRAG_SCOPE, offset_factor=1)
+        D = T.match_buffer(d, (TILE, TILE), acc_dtype, scope=OUT_SCOPE, offset_factor=1,
                            strides=[s0, s1])
         with T.sblock("root"):
             T.reads(C[0:WARP, 0:SLOTS])
             T.writes(D[0:TILE, 0:TILE])
             for tx in T.thread_binding(0, WARP, "threadIdx.x"):
-                for slot in T.serial(SLOTS):
-                    i, j = T.meta_var(_slot_element(tx, slot))
-                    D[i, j] = C[tx, slot]
+                # each lane stores its own eight values (`_slot_element` says where);
+                # one call, so the accumulators stay registers with constant indices
+                T.evaluate(T.cuda.mma_store_legacy(TILE, TILE, T.address_of(D[0, 0]), C.data,
+                                                   C.elem_offset // WARP, s0, dtype=acc_dtype))
 
     return desc, impl
 
@@ -258,3 +277,18 @@ def descriptions() -> dict:
     """name -> description PrimFunc of every intrinsic registered so far (what the CPU
     check of a tensor-core schedule substitutes for the instructions)."""
     return {name: pair[0] for name, pair in _REGISTERED.items()}
+
+
+STORE_LAYOUT = "tirx.index_map.shared_16x16_to_ldmatrix_32x8_layout"
+
+
+def register_store_layout() -> None:
+    """Register the fragment layout under the name `mma_store`'s code generation looks
+    it up by (TVM's `tensor_intrin.cuda` registers it when imported, which takes
+    seconds). Needed wherever a tensor-core module is compiled; idempotent."""
+    import tvm_ffi
+    from tvm.runtime import convert
+
+    if tvm_ffi.get_global_func(STORE_LAYOUT, allow_missing=True) is None:
+        tvm_ffi.register_global_func(
+            STORE_LAYOUT, lambda ind: convert(list(fragment_slot(ind[0], ind[1]))))

@@ -7,7 +7,7 @@ implicit-GEMM convolution) with every dimension padded to the block tile, then:
 - grid: one thread block per BM x BN output tile (batch on blockIdx.y), walked in
   groups of `raster` tile rows so neighbouring blocks share their A and B panels in L2;
 - block: `warps_m x warps_n` warps (threadIdx.y), each computing a `frags_m x frags_n`
-  tile of 16 x 16 accumulators in registers ("warp" scope, the mma fragment layout);
+  tile of 16 x 16 accumulators in registers (the mma fragment layout, `mma_intrin.py`);
 - K in chunks of `k_chunk`; each chunk of A and B is copied into dynamic shared memory
   by all threads with `vector`-wide `cp.async` copies, rows padded against bank
   conflicts (`padded_row`), in a software pipeline of `stages` buffers (the copies of later
@@ -15,8 +15,8 @@ implicit-GEMM convolution) with every dimension padded to the block tile, then:
 - per 16-wide K step, `ldmatrix` loads each warp's fragments and two
   `mma.sync.m16n8k16` per fragment pair accumulate (fp32, or fp16 when the workload
   accumulates in fp16);
-- write-back per 16 x 16 accumulator: fragment -> a per-warp tile in shared memory ->
-  global memory, with the elementwise consumers (bias, activation, casts) and the
+- write-back per 16 x 16 accumulator: fragment -> a per-warp tile in (static) shared
+  memory -> global memory, with the elementwise consumers (bias, activation, casts) and the
   padding's bounds folded into that store.
 
 All decisions are drawn before the schedule is built and each is drawn within what the
@@ -37,10 +37,24 @@ from dataclasses import dataclass
 from ..decisions import Decider
 from ..sketch import Sketch
 from .analysis import classify
-from .common import UNROLL_STEPS, annotate_unroll, bind_unbound, inline_spatial, try_inline
+from .common import (
+    UNROLL_STEPS,
+    annotate_unroll,
+    bind_unbound,
+    inline_spatial,
+    try_inline,
+)
 from .gemm_form import BATCH, K, M, N, gemm_roles, to_gemm_form
 from .limits import GpuLimits
-from .mma_intrin import INPUT_DTYPES, TILE, WARP, fragment_slot, intrin_names
+from .mma_intrin import (
+    FRAG_SCOPE,
+    INPUT_DTYPES,
+    OUT_SCOPE,
+    TILE,
+    WARP,
+    fragment_slot,
+    intrin_names,
+)
 
 FRAGS = (1, 2, 4)            # 16 x 16 accumulators per warp along M or N
 WARPS = (1, 2, 4)            # warps per block along M or N
@@ -105,14 +119,19 @@ def padded_row(elements: int) -> int:
     return elements + (ROW_PAD - elements) % ALIGN_FACTOR
 
 
-def shared_bytes(bm: int, bn: int, kc: int, stages: int, warps: int, b_kn: bool,
-                 acc_bytes: int) -> int:
-    """Dynamic shared memory of one block: `stages` chunks of A ([bm, kc]) and B ([kc, bn]
-    or [bn, kc]) in 16-bit elements with padded rows; the per-warp 16 x 16 output tiles
-    reuse that space once the main loop is done (MergeSharedMemoryAllocations)."""
+def output_tile_bytes(wm: int, wn: int, fm: int, fn: int, acc_bytes: int) -> int:
+    """Static shared memory of the output tiles: each warp stores one 16 x 16 tile at a
+    time at its own place in the block tile, so the buffer spans from the first warp's
+    tile to the last warp's."""
+    return ((wm - 1) * fm * TILE + TILE) * ((wn - 1) * fn * TILE + TILE) * acc_bytes
+
+
+def pipeline_bytes(bm: int, bn: int, kc: int, stages: int, b_kn: bool) -> int:
+    """Dynamic shared memory of the pipeline: `stages` chunks of A ([bm, kc]) and B
+    ([kc, bn] or [bn, kc]) in 16-bit elements with padded rows."""
     a = bm * padded_row(kc)
     b = kc * padded_row(bn) if b_kn else bn * padded_row(kc)
-    return max(stages * (a + b) * 2, warps * TILE * TILE * acc_bytes)
+    return stages * (a + b) * 2
 
 
 class TensorCoreSketch(Sketch):
@@ -139,15 +158,20 @@ def _decide(decide: Decider, name: str, roles, limits: GpuLimits) -> dict:
     """Every decision of one block, each within what the earlier ones leave."""
     acc_bytes = 4 if roles.acc_dtype == "float32" else 2
     ext = roles.extents
-    wm = decide.choice(f"{name}.warps_m", [w for w in WARPS if w * TILE <= _ceil(ext[M], 1) * 2])
+    wm = decide.choice(f"{name}.warps_m", [w for w in WARPS
+                                          if w == 1 or w * TILE <= _ceil(ext[M], TILE) * TILE])
     wn = decide.choice(f"{name}.warps_n", [w for w in WARPS if w * wm <= MAX_WARPS])
-    fm = decide.choice(f"{name}.frags_m", [f for f in FRAGS
-                                          if f == 1 or f * wm * TILE <= _ceil(ext[M], 16) * 16])
-    fn = decide.choice(f"{name}.frags_n", [f for f in FRAGS
-                                          if f == 1 or f * wn * TILE <= _ceil(ext[N], 16) * 16])
+    static = limits.max_shared_memory_per_block   # the output tiles' budget
+    fm = decide.choice(f"{name}.frags_m", [f for f in FRAGS if f == 1 or (
+        f * wm * TILE <= _ceil(ext[M], 16) * 16
+        and output_tile_bytes(wm, wn, f, 1, acc_bytes) <= static)])
+    fn = decide.choice(f"{name}.frags_n", [f for f in FRAGS if f == 1 or (
+        f * wn * TILE <= _ceil(ext[N], 16) * 16
+        and output_tile_bytes(wm, wn, fm, f, acc_bytes) <= static)])
     bm, bn = wm * fm * TILE, wn * fn * TILE
+    static = output_tile_bytes(wm, wn, fm, fn, acc_bytes)
     fits = [(kc, st) for kc in K_CHUNKS for st in STAGES
-            if shared_bytes(bm, bn, kc, st, wm * wn, roles.b_kn, acc_bytes)
+            if pipeline_bytes(bm, bn, kc, st, roles.b_kn) + static
             <= limits.max_dynamic_shared_memory_per_block]
     kc = decide.choice(f"{name}.k_chunk", sorted({kc for kc, _ in fits}) or [16])
     stages = decide.choice(f"{name}.stages", [st for k, st in fits if k == kc] or [2])
@@ -218,7 +242,7 @@ def _stage_inputs(sch, block, roles, k0, k1, d, intrin, on: Realization) -> None
         on.bind(sch, tx, "threadIdx.x")
         sch.vectorize(vec)
         sch.storage_align(smem, 0, axis=-2, factor=ALIGN_FACTOR, offset=ROW_PAD)
-        frag = sch.cache_read(block, index, on.scope("warp"))
+        frag = sch.cache_read(block, index, on.scope(FRAG_SCOPE))
         sch.compute_at(frag, k1)
         r, c = sch.get_loops(frag)[-2:]
         r0, r1 = sch.split(r, [None, TILE])
@@ -264,8 +288,8 @@ def _stage_output(sch, block, ty, intrin, on: Realization) -> None:
     -- the slice of the padding back to the real extents, or the reindex copy -- is the
     write-back: computed at each fragment, it keeps its own domain, whose bounds become
     the store's predicate."""
-    sch.set_scope(block, 0, on.scope("shared.dyn"))
-    frag_wb = sch.cache_write(block, 0, on.scope("warp"))
+    sch.set_scope(block, 0, on.scope(OUT_SCOPE))
+    frag_wb = sch.cache_write(block, 0, on.scope(FRAG_SCOPE))
     (writeback,) = sch.get_consumers(frag_wb)
     _fold_consumers(sch, writeback)
     sch.reverse_compute_at(frag_wb, ty)

@@ -23,14 +23,14 @@ def test_tensor_core_features_of_a_known_candidate_and_of_a_plain_schedule():
     space = generate_space(task, target)
     cand = Candidate.make("tensor_core", {
         "C.warps_m": 2, "C.warps_n": 4, "C.frags_m": 4, "C.frags_n": 2, "C.k_chunk": 64,
-        "C.stages": 4, "C.vector": 8, "C.raster": 2, "C.unroll": 0})
+        "C.stages": 3, "C.vector": 8, "C.raster": 2, "C.unroll": 0})
     mod = space.apply(cand)
     got = dict(zip(NAMES, (round(2 ** v - 1) if n != "async" else v
                            for n, v in zip(NAMES, tensor_core_vector(mod)))))
     # per warp 4 x 2 fragments, 32 steps of k, two m16n8k16 per fragment pair; 8 warps
     assert got == {"mma_per_thread": 4 * 2 * 32 * 2, "mma_per_block": 512 * 256,
-                   "ldmatrix_per_thread": (4 + 2) * 32, "warps": 8, "stages": 4,
-                   "async": 1.0, "smem_pipelined": 4 * (128 * 64 + 64 * 128) * 2}
+                   "ldmatrix_per_thread": (4 + 2) * 32, "warps": 8, "stages": 3,
+                   "async": 1.0, "smem_pipelined": 3 * (128 * 64 + 64 * 128) * 2}
     v = extract(task, cand, mod)
     names = feature_names()
     assert len(v) == len(names)

@@ -80,26 +80,27 @@ def test_dynamic_shared_memory_is_the_opt_in_limit():
     from search_space import generate_space
     from search_space.cuda.limits import kernel_usage
     from search_space.cuda.lowering import lower_for_check
-    from search_space.cuda.tensor_core import shared_bytes
+    from search_space.cuda.tensor_core import output_tile_bytes, pipeline_bytes
 
     task = _task("matmul_mp", "M=512", "N=512", "K=512")
     big = _target("sm_80", max_dynamic_shared_memory_per_block=A100_DYNAMIC)
     space = generate_space(task, big)
     decisions = {"C.warps_m": 2, "C.warps_n": 4, "C.frags_m": 4, "C.frags_n": 2,
-                 "C.k_chunk": 64, "C.stages": 4, "C.vector": 8, "C.raster": 2, "C.unroll": 0}
+                 "C.k_chunk": 64, "C.stages": 3, "C.vector": 8, "C.raster": 2, "C.unroll": 0}
     from search_space.candidate import Candidate
 
     mod = space.apply(Candidate.make("tensor_core", decisions))
     (use,) = kernel_usage(lower_for_check(mod, big.tvm()))
-    # 4 stages of A [128, 64 + 8] and B [64, 128 + 8] halves (the output tiles reuse them)
-    assert use.dynamic_shared_bytes == 4 * (128 * 72 + 64 * 136) * 2 == shared_bytes(
-        128, 128, 64, 4, 8, True, 4)
-    assert use.shared_bytes == 0
+    # 3 stages of A [128, 64 + 8] and B [64, 128 + 8] halves (dynamic); fp32 output tiles
+    # from warp (0, 0)'s to warp (1, 3)'s: (64 + 16) x (96 + 16) (static)
+    assert use.dynamic_shared_bytes == 3 * (128 * 72 + 64 * 136) * 2 == pipeline_bytes(
+        128, 128, 64, 3, True)
+    assert use.shared_bytes == 80 * 112 * 4 == output_tile_bytes(2, 4, 4, 2, 4)
     assert space.check(mod) is None
     small = generate_space(task, _target("sm_80"))
     assert small.check(mod) == (
-        f"kernel 0 uses {use.dynamic_shared_bytes} bytes of dynamic shared memory (and 0 "
-        "static) per block; the target allows 49152 in all")
+        f"kernel 0 uses {use.dynamic_shared_bytes} bytes of dynamic shared memory (and "
+        f"{use.shared_bytes} static) per block; the target allows 49152 in all")
     # sampled without the opt-in, every candidate fits 48 KiB by construction
     rng = random.Random(0)
     for _ in range(6):
