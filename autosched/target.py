@@ -49,9 +49,7 @@ class TargetSpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def tvm(self):
-        import tvm
-
-        return tvm.target.Target(self.config)
+        return tvm_target(self.config)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "config": self.config, "fingerprint": self.fingerprint}
@@ -125,6 +123,22 @@ def local_gpu() -> dict | None:
 # what every CUDA GPU allows without opting in. Records made with them keep matching.
 DEFAULT_CUDA_LIMITS = {"max_num_threads": 1024, "thread_warp_size": 32,
                        "max_shared_memory_per_block": 49152}
+# Config keys of ours that TVM's Target does not know (it rejects unknown keys): the
+# search space reads them, `tvm_target` leaves them out.
+OWN_CONFIG_KEYS = (
+    # the shared memory a kernel may opt in to with dynamic shared memory (`shared.dyn`,
+    # sized at launch), above the 48 KiB static `__shared__` arrays are held to
+    "max_dynamic_shared_memory_per_block",
+)
+
+
+def tvm_target(config: dict):
+    """The TVM Target of a target config (our own keys left out)."""
+    import tvm
+
+    return tvm.target.Target({k: v for k, v in config.items() if k not in OWN_CONFIG_KEYS})
+
+
 # target config key -> the GPU attribute it is set from
 CONFIG_FROM_GPU = {"max_num_threads": "max_threads_per_block",
                    "thread_warp_size": "warp_size",
@@ -133,6 +147,7 @@ CONFIG_FROM_GPU = {"max_num_threads": "max_threads_per_block",
                    # arrays, and ptxas rejects more than 48 KiB of those ("uses too much
                    # shared data"); only dynamic shared memory can opt in to more.
                    "max_shared_memory_per_block": "max_shared_memory_per_block",
+                   "max_dynamic_shared_memory_per_block": "max_shared_memory_per_block_optin",
                    "registers_per_block": "max_registers_per_block",
                    "l2_cache_size_bytes": "l2_cache_bytes"}
 

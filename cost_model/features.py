@@ -12,6 +12,8 @@ Groups (see `feature_names()` for every column):
   vector registers they need, reduction steps streamed over them, flops per byte read);
 - the rest: how many other stores there are and their summed work and traffic;
 - program: totals, allocated bytes per memory scope (compacted), task FLOPs;
+- tensor cores: mma and ldmatrix counts, warps, pipeline depth, pipelined shared
+  memory (`tensor_core.py`; zeros for other schedules);
 - decisions: log2 of the candidate's tile factors and its other choices;
 - optionally MetaSchedule's per-store features (max and mean over stores).
 
@@ -26,8 +28,10 @@ from dataclasses import dataclass
 
 from .footprint import alloc_bytes, buffer_footprints, flat_stride, level_footprints, traffic
 from .ir_walk import Program, Store, walk
+from .tensor_core import NAMES as TC_NAMES
+from .tensor_core import tensor_core_vector
 
-FEATURE_VERSION = "3"
+FEATURE_VERSION = "4"
 _OPS = ("add", "mul", "div", "math", "cmp", "select", "cast", "int")
 _INNER_LEVELS = 6
 _OUTER_LEVELS = 2
@@ -111,6 +115,7 @@ def feature_names(cfg: FeatureConfig = FeatureConfig()) -> list[str]:
     names = [f"s{slot}.{n}" for slot in range(2) for n in _store_names(cfg)]
     names += [f"other.{n}" for n in _other_names(cfg)]
     names += [f"prog.{n}" for n in _PROGRAM_NAMES]
+    names += [f"tc.{n}" for n in TC_NAMES]
     names += [f"dec.{n}" for n in _decision_names()]
     if cfg.per_store_feature:
         from .psf import psf_names
@@ -306,6 +311,7 @@ def extract(task, candidate, mod, cfg: FeatureConfig = FeatureConfig()) -> list[
             [0.0] * len(_store_names(cfg))
     v += _other_vector(stats[2:], cfg)
     v += _program_vector(prog, stats, task.flops)
+    v += tensor_core_vector(mod)
     v += decision_vector(candidate)
     if cfg.per_store_feature:
         from .psf import psf_vector

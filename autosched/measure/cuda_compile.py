@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import InfrastructureError
+from ..target import tvm_target
 
 NVCC, NVRTC, AUTO = "nvcc", "nvrtc", "auto"
 DRIVER, BUILD_HOST = "driver", "build-host placeholder driver"
@@ -300,10 +301,13 @@ def build_cuda(mod, target_config: dict, compiler: str = AUTO) -> CudaBuild:
     arch = arch_of(target_config)
     chosen = choose_compiler(compiler)
     runtime = ensure_cuda_runtime()
-    target = tvm.target.Target(target_config)
+    from search_space.cuda.mma_intrin import register_store_layout
+
+    register_store_layout()   # tensor-core kernels' mma_store code generation needs it
+    target = tvm_target(target_config)
     _State.compiler, _State.failure = chosen, None
     try:
-        with target:
+        with target, _async_copy_context():
             exe = tvm.compile(mod, target=target)
     except Exception as e:
         side, line = _State.failure or ("candidate", "build: " + _last_line(str(e)))
@@ -315,6 +319,20 @@ def build_cuda(mod, target_config: dict, compiler: str = AUTO) -> CudaBuild:
     if not any(str(sub.kind) == "cuda" for sub in exe.mod.imports):
         raise CudaCompileError("build: the built module holds no CUDA kernel")
     return CudaBuild(exe, arch, chosen, runtime)
+
+
+def _async_copy_context():
+    """The current pass context with `tirx.use_async_copy` on: the copies a schedule's
+    software pipeline marks asynchronous become `cp.async` (sm_80+); a kernel without
+    such marks compiles as before."""
+    import tvm
+
+    current = tvm.transform.PassContext.current()
+    config = dict(current.config)
+    config["tirx.use_async_copy"] = True
+    return tvm.transform.PassContext(opt_level=current.opt_level, config=config,
+                                     disabled_pass=list(current.disabled_pass),
+                                     required_pass=list(current.required_pass))
 
 
 def _check_toolchain(compiler: str, target) -> None:

@@ -61,3 +61,15 @@ def library_entries(path: str) -> list[FatbinEntry]:
     """The fatbin images inside the library file at `path`."""
     with open(path, "rb") as f:
         return entries(f.read())
+
+
+def fatbins(data: bytes) -> list[bytes]:
+    """Every fatbin found in `data`, carved out whole (header and payload), in order:
+    what `cuobjdump` reads."""
+    out, at = [], data.find(MAGIC)
+    while at >= 0:
+        if _fatbin_entries(data, at):
+            _, _, header_size, size = _HEADER.unpack_from(data, at)
+            out.append(data[at:at + header_size + size])
+        at = data.find(MAGIC, at + len(MAGIC))
+    return out

@@ -93,7 +93,8 @@ def build_torch_library(out: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=8, help="candidates per case")
+    ap.add_argument("--trials", type=int, default=8,
+                    help="candidates per case (a case may set its own)")
     ap.add_argument("--cases", help="comma-separated case names (default: all)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -108,14 +109,15 @@ def main(argv=None) -> int:
     for case in chosen:
         bundle = carry.CARRY / "bundles" / case.name
         commands[case.name] = tune_into_bundle(case.op_file, [case.workload], case.arg_items(),
-                                               args.trials, bundle, args.seed)
+                                               case.trials or args.trials, bundle, args.seed)
         print(f"{case.name}: bundle built", flush=True)
     faults = carry.CARRY / "bundles" / "faults"
     commands["faults"] = tune_into_bundle("bench/gpu/fault_ops.py", ["scale"], ["N=65536"],
                                           FAULT_CANDIDATES, faults, args.seed)
     poisoned = poison_first_candidate(faults)
     build_torch_library(carry.CARRY / "torch_lib")
-    prepared = {"provenance": stamp, "cases": [c.name for c in chosen], "trials": args.trials,
+    prepared = {"provenance": stamp, "cases": [c.name for c in chosen],
+                "trials": {c.name: c.trials or args.trials for c in chosen},
                 "target": H200_TARGET, "commands": commands, "poisoned_candidate": poisoned,
                 "torch_library": {"ops": TORCH_LIB_OPS, "args": TORCH_LIB_ARGS,
                                   "schedules": "the space's default candidates"}}

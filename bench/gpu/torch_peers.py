@@ -44,6 +44,16 @@ def peer_latency(peer, inputs_np, repeat: int = 20) -> dict:
     """Time torch's kernel for the case on its inputs (numpy arrays, workload order)."""
     import torch
 
-    args = [torch.from_numpy(a).cuda() for a in inputs_np]
+    args = [_to_torch(a).cuda() for a in inputs_np]
     with torch.no_grad():
         return time_cuda(peer, args, repeat=repeat)
+
+
+def _to_torch(a):
+    """A torch tensor of a numpy array; bfloat16 (ml_dtypes, which torch cannot take)
+    through its raw 16 bits."""
+    import torch
+
+    if str(a.dtype) == "bfloat16":
+        return torch.from_numpy(a.view("int16")).view(torch.bfloat16)
+    return torch.from_numpy(a)

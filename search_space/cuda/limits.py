@@ -30,19 +30,28 @@ class GpuLimits:
     warp_size: int = 32
     max_vthread: int = MAX_VTHREAD
     max_vector_bytes: int = MAX_VECTOR_BYTES
+    # dynamic shared memory a kernel may opt in to (cudaFuncAttributeMaxDynamicShared-
+    # MemorySize); static `__shared__` arrays stay within the 48 KiB above
+    max_dynamic_shared_memory_per_block: int = 49152
+    registers_per_block: int = 65536
 
     @staticmethod
-    def of(target) -> "GpuLimits":
+    def of(target) -> GpuLimits:
         cfg = target.config
-        return GpuLimits(int(cfg.get("max_num_threads", 1024)),
-                         int(cfg.get("max_shared_memory_per_block", 49152)),
-                         int(cfg.get("thread_warp_size", 32)))
+        static = int(cfg.get("max_shared_memory_per_block", 49152))
+        return GpuLimits(int(cfg.get("max_num_threads", 1024)), static,
+                         int(cfg.get("thread_warp_size", 32)),
+                         max_dynamic_shared_memory_per_block=max(static, int(
+                             cfg.get("max_dynamic_shared_memory_per_block", static))),
+                         registers_per_block=int(cfg.get("registers_per_block", 65536)))
 
     def verify_gpu_code_constraints(self) -> dict:
         """The constraint dict of `tvm.s_tir.analysis.verify_gpu_code` (0.27 keys)."""
         return {
             "max_threads_per_block": self.max_threads_per_block,
-            "max_shared_memory_per_block": self.max_shared_memory_per_block,
+            # static and dynamic together; the static part alone is checked before
+            "max_shared_memory_per_block": max(self.max_shared_memory_per_block,
+                                               self.max_dynamic_shared_memory_per_block),
             "max_local_memory_per_block": MAX_LOCAL_BYTES,
             "max_thread_x": _THREAD_DIM_MAX["threadIdx.x"],
             "max_thread_y": _THREAD_DIM_MAX["threadIdx.y"],
@@ -57,7 +66,8 @@ class KernelUsage:
     """What one kernel of a lowered function asks of the hardware."""
 
     extents: dict = field(default_factory=dict)   # thread tag -> extent
-    shared_bytes: int = 0
+    shared_bytes: int = 0          # static `__shared__` arrays
+    dynamic_shared_bytes: int = 0  # `shared.dyn`: one extern array, sized at launch
     vector_bytes: int = 0
     global_allocs: tuple = ()   # buffers a kernel would have to allocate in DRAM
 
@@ -101,7 +111,9 @@ def kernel_usage(func) -> list[KernelUsage]:
                 use.extents[tag] = max(use.extents.get(tag, 1), int(node.value))
             elif isinstance(node, tirx.AllocBuffer):
                 scope = str(node.buffer.scope())
-                if scope.startswith("shared"):
+                if scope == "shared.dyn":
+                    use.dynamic_shared_bytes += _buffer_bytes(node.buffer)
+                elif scope.startswith("shared"):
                     use.shared_bytes += _buffer_bytes(node.buffer)
                 elif scope == "global":
                     use.global_allocs += (str(node.buffer.name),)
@@ -183,6 +195,10 @@ def usage_violation(k: int, use: KernelUsage, limits: GpuLimits) -> str | None:
     if use.shared_bytes > limits.max_shared_memory_per_block:
         return (f"{where} uses {use.shared_bytes} bytes of shared memory per block; "
                 f"the target allows {limits.max_shared_memory_per_block}")
+    if use.dynamic_shared_bytes + use.shared_bytes > limits.max_dynamic_shared_memory_per_block:
+        return (f"{where} uses {use.dynamic_shared_bytes} bytes of dynamic shared memory "
+                f"(and {use.shared_bytes} static) per block; the target allows "
+                f"{limits.max_dynamic_shared_memory_per_block} in all")
     if use.vector_bytes > limits.max_vector_bytes:
         return (f"{where} uses {use.vector_bytes}-byte vector accesses; "
                 f"the widest is {limits.max_vector_bytes}")

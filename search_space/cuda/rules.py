@@ -7,6 +7,9 @@ Sketches (each schedules every block of the task, so every candidate is valid CU
   decided;
 - `tile` (`tiling.py`): multi-level tiling with shared-memory staging for reductions
   with data reuse (matmul, convolution, batch matmul), when the task has one;
+- `tensor_core` (`tensor_core.py`): GEMM-shaped reductions on fp16 / bf16 inputs (matmul,
+  batch matmul, dense with its epilogue, implicit-GEMM convolution) on `mma.sync` with
+  pipelined `cp.async` staging, on sm_80 and newer, when the task has one;
 - `rows` / `rows_fused` (`reduction.py`): cross-thread reduction for row reductions
   (softmax, norms), as separate kernels or fused into the output kernel, when the task
   has them.
@@ -17,6 +20,7 @@ from .analysis import classify
 from .common import DefaultGpuSketch, SimpleGpuSketch, inline_spatial
 from .limits import GpuLimits, check_module
 from .reduction import FusedRowReductionSketch, RowReductionSketch, fusion_plan
+from .tensor_core import TensorCoreSketch, tensor_core_blocks
 from .tiling import TiledGpuSketch, can_tile
 
 
@@ -32,6 +36,8 @@ class CudaRules:
         roles = classify(sch)
         if any(can_tile(sch, sch.get_sblock(n)) for n in roles.tiled):
             out.append(TiledGpuSketch(limits))
+        if tensor_core_blocks(sch, target):
+            out.append(TensorCoreSketch(limits, target))
         if roles.rows:
             out.append(RowReductionSketch(limits))
             inline_spatial(sch, roles.spatial)

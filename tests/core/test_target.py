@@ -112,8 +112,11 @@ def test_cuda_reads_the_gpu_and_sets_the_limits_from_it(tmp_path, child_env):
     (h200,) = _resolve_in_child(tmp_path, child_env, [None])
     assert h200["local"] and h200["devices"] == ["0"]
     assert h200["fingerprint"] == H200_FINGERPRINT  # with the 227 KiB opt-in maximum
+    # static shared memory for `__shared__` arrays; the opt-in maximum for `shared.dyn`
     assert h200["config"] == {"kind": "cuda", "arch": "sm_90", "max_num_threads": 1024,
                               "thread_warp_size": 32, "max_shared_memory_per_block": 49152,
+                              "max_dynamic_shared_memory_per_block":
+                                  H200_ATTRIBUTES["max_shared_memory_per_block_optin"],
                               "registers_per_block": 65536, "l2_cache_size_bytes": 52428800}
 
 

@@ -1,0 +1,64 @@
+"""The machine code (SASS) inside a built CUDA library, read without a GPU: the fatbins
+are carved out of the library (`fatbin.fatbins`) and disassembled by `cuobjdump
+--dump-sass`, from the CUDA toolkit or the `nvidia-cuda-cuobjdump` package.
+
+`opcode_counts(path)` counts the instructions by opcode (`HMMA`, `LDGSTS` for cp.async,
+`LDSM` for ldmatrix, `STL`/`LDL` for spills, ...), which is how a schedule's use of
+tensor cores and asynchronous copies is checked on a build host.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+
+from ..errors import InfrastructureError
+from . import fatbin
+
+# "/*0040*/   HMMA.16816.F32 R4, R8, R12, R4 ;" -> HMMA (predicates like @P0 skipped)
+_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def cuobjdump() -> str:
+    """The cuobjdump binary: from the `nvidia-cuda-cuobjdump` package when installed
+    (its `bin` folder beside the package), else from PATH."""
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for sub in sorted(os.listdir(root)):
+            path = os.path.join(root, sub, "bin", "cuobjdump")
+            if os.access(path, os.X_OK):
+                return path
+    found = shutil.which("cuobjdump")
+    if found is None:
+        raise InfrastructureError("cuobjdump not found",
+                                  "pip install nvidia-cuda-cuobjdump, or put the CUDA "
+                                  "toolkit's bin folder on PATH")
+    return found
+
+
+def dump_sass(path: str) -> str:
+    """The SASS text of every fatbin in the library file at `path`."""
+    with open(path, "rb") as f:
+        blobs = fatbin.fatbins(f.read())
+    texts = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, blob in enumerate(blobs):
+            fb = os.path.join(tmp, f"{i}.fatbin")
+            with open(fb, "wb") as f:
+                f.write(blob)
+            out = subprocess.run([cuobjdump(), "--dump-sass", fb], capture_output=True,
+                                 text=True, timeout=120, check=False)
+            if out.returncode != 0:
+                raise InfrastructureError("cuobjdump failed: " + out.stderr.strip()[:300])
+            texts.append(out.stdout)
+    return "\n".join(texts)
+
+
+def opcode_counts(path: str) -> Counter:
+    """Instruction count by opcode (the part before the first dot: `HMMA.16816.F32` ->
+    `HMMA`) of the SASS in the library file at `path`."""
+    return Counter(m.group(1) for m in _INSTRUCTION.finditer(dump_sass(path)))
