@@ -49,28 +49,21 @@ import gpt  # noqa: E402
 import provenance  # noqa: E402
 
 from autosched.errors import UserError  # noqa: E402
+from autosched.runtime.actions import ON_DEVICE  # noqa: E402
 from autosched.runtime.apply_plan import apply, apply_actions  # noqa: E402
 from autosched.runtime.baselines import all_baselines  # noqa: E402
 from autosched.runtime.make_plan import plan as make_plan  # noqa: E402
 from autosched.runtime.model_profile import profile_model, restrict  # noqa: E402
 from autosched.runtime.prediction import predict  # noqa: E402
-from autosched.runtime.training_step import measure_step, training_step, zero_grads  # noqa: E402
+from autosched.runtime.training_step import measure_step, parameter_grads  # noqa: E402
 from autosched.runtime.units import format_bytes  # noqa: E402
 
 BUDGETS = ("100%", "60%", "40%", "25%")
-DEVICE_ACTIONS = ("keep", "memeff_ln", "memeff", "recompute_attention",
-                  "recompute_attention+memeff_ln", "recompute_attention+memeff", "selective",
-                  "recompute")
 
 
 def grads_of(model, inputs, original=None):
     """Gradients of the original's parameters (a planned model shares them)."""
-    original = original or model
-    zero_grads(original)
-    training_step(model, inputs, gpt.loss_fn)
-    out = {n: p.grad.clone() for n, p in original.named_parameters()}
-    zero_grads(original)
-    return out
+    return parameter_grads(model, inputs, gpt.loss_fn, original)
 
 
 def grad_error(ref, got) -> float:
@@ -109,7 +102,7 @@ def candidates(model, inputs, profile, budget_spec, kernels):
     out = [("reference", ["keep"] * len(profile.layers), "no checkpointing (drift check)",
             None)]
     out += [(b.name, b.actions, b.note, None) for b in all_baselines(profile, budget)]
-    for name, prof in (("plan", restrict(profile, DEVICE_ACTIONS)), ("plan+offload", profile)):
+    for name, prof in (("plan", restrict(profile, ON_DEVICE)), ("plan+offload", profile)):
         try:
             p = make_plan(model, inputs, budget_spec, gpt.loss_fn, profile=prof,
                           kernels=kernels)

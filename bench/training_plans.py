@@ -49,8 +49,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 import gpt
 import mlp
 import provenance
+from runtime_plans import grad_error
 
 from autosched.errors import UserError
+from autosched.runtime.actions import ON_DEVICE
 from autosched.runtime.apply_plan import apply
 from autosched.runtime.compiled_plans import (
     compile_planned,
@@ -67,32 +69,16 @@ from autosched.runtime.measured_choice import (
 )
 from autosched.runtime.model_profile import profile_model, restrict
 from autosched.runtime.module_tree import clone_structure
-from autosched.runtime.training_step import measure_step, training_step, zero_grads
+from autosched.runtime.training_step import measure_step, parameter_grads, training_step
 from autosched.runtime.units import format_bytes, parse_budget
 
 COMPILE_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.25, 0.1, 0.0)
 PLAN_BUDGETS = ("100%", "60%", "40%", "25%")
 HYBRID_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.25, 0.1)
-DEVICE_ACTIONS = ("keep", "memeff_ln", "memeff", "recompute_attention",
-                  "recompute_attention+memeff_ln", "recompute_attention+memeff", "selective",
-                  "recompute")
 MODELS = {
     "gpt": (lambda: gpt.make_model(5, 192, 4, 96), lambda: gpt.make_inputs(6, 96), gpt.loss_fn),
     "mlp": (lambda: mlp.make_model(4, 192, 768), lambda: mlp.make_inputs(512, 192), mlp.loss_fn),
 }
-
-
-def grads(model, inputs, loss_fn, original):
-    zero_grads(original)
-    training_step(model, inputs, loss_fn)
-    out = {n: p.grad.clone() for n, p in original.named_parameters()}
-    zero_grads(original)
-    return out
-
-
-def grad_error(ref, got) -> float:
-    return max(float((got[n] - r).abs().max() / r.abs().max().clamp_min(1e-30))
-               for n, r in ref.items())
 
 
 def compiled(module, budget: float, inputs, loss_fn):
@@ -125,7 +111,7 @@ def build_points(model, inputs, loss_fn, profiles, kernels):
     for b in COMPILE_BUDGETS:
         points[f"compile@{b:g}"] = (compiled(model, b, inputs, loss_fn),
                                     {"method": "compile", "budget": b})
-    eager_prof, compiled_prof = (restrict(p, DEVICE_ACTIONS) if p.device == "cpu" else p
+    eager_prof, compiled_prof = (restrict(p, ON_DEVICE) if p.device == "cpu" else p
                                  for p in profiles)
     for spec in PLAN_BUDGETS:
         budget = parse_budget(spec, eager_prof.keep_saved_bytes)
@@ -188,7 +174,7 @@ def run_model(name, args, kernels) -> list[dict]:
     points = build_points(model, inputs, loss_fn, profiles, kernels)
     saved, chosen_on, times = measure(points, inputs, loss_fn, args.rounds, args.steps,
                                       args.clock)
-    ref = grads(model, inputs, loss_fn, model)
+    ref = parameter_grads(model, inputs, loss_fn)
     drift = times["eager"] / profiles[0].keep_step_time_s
     print(f"{name}: eager measured {times['eager'] * 1e3:.1f} ms, profiled "
           f"{profiles[0].keep_step_time_s * 1e3:.1f} ms (drift x{drift:.3f})", flush=True)
@@ -196,7 +182,7 @@ def run_model(name, args, kernels) -> list[dict]:
     for k, (m, info) in points.items():
         row = {"model": name, "point": k, **info, "saved": saved[k], "time_s": times[k],
                "choice_time_s": chosen_on[k],
-               "grad_rel_err": grad_error(ref, grads(m, inputs, loss_fn, model))}
+               "grad_rel_err": grad_error(ref, parameter_grads(m, inputs, loss_fn, model))}
         if args.device.startswith("cuda"):
             row["peak_allocated"] = peak_allocated(m, inputs, loss_fn)
         if "budget_bytes" in info:

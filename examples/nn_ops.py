@@ -21,6 +21,8 @@ import math
 from tvm import te
 
 import autosched
+from autosched.model.workloads import row_mean, row_stats, softmax_backward
+from autosched.model.workloads import softmax as row_softmax
 
 # (M, N, K) of the two linear layers of the MLP example: batch x out x in.
 LINEAR_SHAPES = [{"M": 128, "N": 256, "K": 64}, {"M": 128, "N": 16, "K": 256}]
@@ -159,42 +161,17 @@ def gelu_grad(M=128, N=256, dtype="float32"):
     backward={"x": {"workload": "softmax_grad", "inputs": ["y", "grad:y"]}},
     torch_reference="nn_reference:softmax")
 def softmax(M=128, N=256, dtype="float32"):
-    x = te.placeholder((M, N), name="x", dtype=dtype)
-    k1 = te.reduce_axis((0, N), name="k1")
-    row_max = te.compute((M,), lambda i: te.max(x[i, k1], axis=k1), name="row_max")
-    exp = te.compute((M, N), lambda i, j: te.exp(x[i, j] - row_max[i]), name="exp")
-    k2 = te.reduce_axis((0, N), name="k2")
-    row_sum = te.compute((M,), lambda i: te.sum(exp[i, k2], axis=k2), name="row_sum")
-    return x, te.compute((M, N), lambda i, j: exp[i, j] / row_sum[i], name="y")
+    return row_softmax(M, N, dtype)
 
 
 @autosched.workload(variants=ROW_SHAPES, torch_reference="nn_reference:softmax_grad")
 def softmax_grad(M=128, N=256, dtype="float32"):
     """dx = y * (dy - sum_j dy * y)"""
-    y = te.placeholder((M, N), name="y", dtype=dtype)
-    dy = te.placeholder((M, N), name="dy", dtype=dtype)
-    k = te.reduce_axis((0, N), name="k")
-    dot = te.compute((M,), lambda i: te.sum(dy[i, k] * y[i, k], axis=k), name="dot")
-    return y, dy, te.compute((M, N), lambda i, j: y[i, j] * (dy[i, j] - dot[i]), name="dx")
+    dy, y, dx = softmax_backward(M, N, dtype)
+    return y, dy, dx
 
 
 # ---------------------------------------------------------------- layer normalisation over rows
-
-def _row_mean(f, M, N, dtype, name):
-    """mean_j f(i, j) for each row i (a reduction, then a division: TE allows reductions
-    only at the top level of a compute)."""
-    k = te.reduce_axis((0, N), name=f"k_{name}")
-    total = te.compute((M,), lambda i: te.sum(f(i, k), axis=k), name=f"{name}_sum")
-    return te.compute((M,), lambda i: total[i] / te.const(N, dtype), name=name)
-
-
-def _row_stats(x, M, N, eps, dtype):
-    """Mean and 1/std of each row of x."""
-    mean = _row_mean(lambda i, j: x[i, j], M, N, dtype, "mean")
-    var = _row_mean(lambda i, j: (x[i, j] - mean[i]) * (x[i, j] - mean[i]), M, N, dtype, "var")
-    rstd = te.compute((M,), lambda i: te.rsqrt(var[i] + te.const(eps, dtype)), name="rstd")
-    return mean, rstd
-
 
 @autosched.workload(
     variants=ROW_SHAPES,
@@ -206,7 +183,7 @@ def layer_norm(M=128, N=256, eps=1e-5, dtype="float32"):
     x = te.placeholder((M, N), name="x", dtype=dtype)
     gamma = te.placeholder((N,), name="gamma", dtype=dtype)
     beta = te.placeholder((N,), name="beta", dtype=dtype)
-    mean, rstd = _row_stats(x, M, N, eps, dtype)
+    mean, rstd = row_stats(x, M, N, eps, dtype)
     y = te.compute((M, N), lambda i, j: (x[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j],
                    name="y")
     return x, gamma, beta, y
@@ -218,11 +195,11 @@ def layer_norm_grad_x(M=128, N=256, eps=1e-5, dtype="float32"):
     x = te.placeholder((M, N), name="x", dtype=dtype)
     gamma = te.placeholder((N,), name="gamma", dtype=dtype)
     dy = te.placeholder((M, N), name="dy", dtype=dtype)
-    mean, rstd = _row_stats(x, M, N, eps, dtype)
+    mean, rstd = row_stats(x, M, N, eps, dtype)
     xhat = te.compute((M, N), lambda i, j: (x[i, j] - mean[i]) * rstd[i], name="xhat")
     g = te.compute((M, N), lambda i, j: dy[i, j] * gamma[j], name="g")
-    g_mean = _row_mean(lambda i, j: g[i, j], M, N, dtype, "g_mean")
-    gx_mean = _row_mean(lambda i, j: g[i, j] * xhat[i, j], M, N, dtype, "gx_mean")
+    g_mean = row_mean(lambda i, j: g[i, j], M, N, dtype, "g_mean")
+    gx_mean = row_mean(lambda i, j: g[i, j] * xhat[i, j], M, N, dtype, "gx_mean")
     dx = te.compute((M, N), lambda i, j: rstd[i] * (g[i, j] - g_mean[i] - xhat[i, j] * gx_mean[i]),
                     name="dx")
     return x, gamma, dy, dx
@@ -233,7 +210,7 @@ def layer_norm_grad_gamma(M=128, N=256, eps=1e-5, dtype="float32"):
     """dgamma = sum_i dy * xhat"""
     x = te.placeholder((M, N), name="x", dtype=dtype)
     dy = te.placeholder((M, N), name="dy", dtype=dtype)
-    mean, rstd = _row_stats(x, M, N, eps, dtype)
+    mean, rstd = row_stats(x, M, N, eps, dtype)
     m = te.reduce_axis((0, M), name="m")
     dgamma = te.compute((N,), lambda j: te.sum(dy[m, j] * (x[m, j] - mean[m]) * rstd[m], axis=m),
                         name="dgamma")

@@ -32,31 +32,36 @@ def _sum_product(a, b, k):
     return te.sum(a * b, axis=k)
 
 
+def _matmul(M, N, K, dtype, a_transposed=False, b_transposed=False):
+    """C (M, N) = op(A) @ op(B), op a transpose where asked: the kernel reads the operand
+    in the layout it is stored in instead of a copy made by a transpose."""
+    te = _te()
+    A = te.placeholder((K, M) if a_transposed else (M, K), name="A", dtype=dtype)
+    B = te.placeholder((N, K) if b_transposed else (K, N), name="B", dtype=dtype)
+    k = te.reduce_axis((0, K), name="k")
+
+    def a(i):
+        return A[k, i] if a_transposed else A[i, k]
+
+    def b(j):
+        return B[j, k] if b_transposed else B[k, j]
+
+    return A, B, te.compute((M, N), lambda i, j: _sum_product(a(i), b(j), k), name="C")
+
+
 def mm(M=64, N=64, K=64, dtype="float32"):
     """C = A @ B with A (M, K), B (K, N)."""
-    te = _te()
-    A = te.placeholder((M, K), name="A", dtype=dtype)
-    B = te.placeholder((K, N), name="B", dtype=dtype)
-    k = te.reduce_axis((0, K), name="k")
-    return A, B, te.compute((M, N), lambda i, j: _sum_product(A[i, k], B[k, j], k), name="C")
+    return _matmul(M, N, K, dtype)
 
 
 def mm_nt(M=64, N=64, K=64, dtype="float32"):
     """C = A @ B.T with A (M, K), B (N, K): a linear layer without bias, dX = dY @ W."""
-    te = _te()
-    A = te.placeholder((M, K), name="A", dtype=dtype)
-    B = te.placeholder((N, K), name="B", dtype=dtype)
-    k = te.reduce_axis((0, K), name="k")
-    return A, B, te.compute((M, N), lambda i, j: _sum_product(A[i, k], B[j, k], k), name="C")
+    return _matmul(M, N, K, dtype, b_transposed=True)
 
 
 def mm_tn(M=64, N=64, K=64, dtype="float32"):
     """C = A.T @ B with A (K, M), B (K, N): the weight gradient dW = dY.T @ X."""
-    te = _te()
-    A = te.placeholder((K, M), name="A", dtype=dtype)
-    B = te.placeholder((K, N), name="B", dtype=dtype)
-    k = te.reduce_axis((0, K), name="k")
-    return A, B, te.compute((M, N), lambda i, j: _sum_product(A[k, i], B[k, j], k), name="C")
+    return _matmul(M, N, K, dtype, a_transposed=True)
 
 
 def _epilogue(value, epilogue: str, dtype):
@@ -114,11 +119,22 @@ def softmax_backward(M=64, N=64, dtype="float32"):
     return dy, y, te.compute((M, N), lambda i, j: y[i, j] * (dy[i, j] - dot[i]), name="dx")
 
 
-def _row_mean(f, M, N, dtype, name):
+def row_mean(f, M, N, dtype, name):
+    """mean_j f(i, j) for each row i (a reduction, then a division: TE allows reductions
+    only at the top level of a compute)."""
     te = _te()
     k = te.reduce_axis((0, N), name=f"k_{name}")
     total = te.compute((M,), lambda i: te.sum(f(i, k), axis=k), name=f"{name}_sum")
     return te.compute((M,), lambda i: total[i] / te.const(N, dtype), name=name)
+
+
+def row_stats(x, M, N, eps, dtype):
+    """Mean and 1/std of each row of x (M, N), as layer norm computes them."""
+    te = _te()
+    mean = row_mean(lambda i, j: x[i, j], M, N, dtype, "mean")
+    var = row_mean(lambda i, j: (x[i, j] - mean[i]) * (x[i, j] - mean[i]), M, N, dtype, "var")
+    rstd = te.compute((M,), lambda i: te.rsqrt(var[i] + te.const(eps, dtype)), name="rstd")
+    return mean, rstd
 
 
 def layer_norm(M=64, N=64, eps=1e-5, dtype="float32"):
@@ -127,9 +143,7 @@ def layer_norm(M=64, N=64, eps=1e-5, dtype="float32"):
     x = te.placeholder((M, N), name="x", dtype=dtype)
     gamma = te.placeholder((N,), name="gamma", dtype=dtype)
     beta = te.placeholder((N,), name="beta", dtype=dtype)
-    mean = _row_mean(lambda i, j: x[i, j], M, N, dtype, "mean")
-    var = _row_mean(lambda i, j: (x[i, j] - mean[i]) * (x[i, j] - mean[i]), M, N, dtype, "var")
-    rstd = te.compute((M,), lambda i: te.rsqrt(var[i] + te.const(eps, dtype)), name="rstd")
+    mean, rstd = row_stats(x, M, N, eps, dtype)
     y = te.compute((M, N), lambda i, j: (x[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j],
                    name="y")
     return x, gamma, beta, y

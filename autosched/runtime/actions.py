@@ -49,6 +49,9 @@ ACTIONS = {a.name: a for a in (
     Action("offload+memeff", memeff=ALL, offload=True),
 )}
 
+# the actions that keep every activation on the device (no host memory involved)
+ON_DEVICE = tuple(n for n, a in ACTIONS.items() if not a.offload)
+
 
 def base_action(name: str) -> str:
     """The action whose compute an offloaded layer runs ("offload+memeff_ln" -> "memeff_ln")."""

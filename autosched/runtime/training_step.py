@@ -49,6 +49,18 @@ def zero_grads(model) -> None:
         p.grad = None
 
 
+def parameter_grads(run, inputs, loss_fn=None, params_of=None) -> dict:
+    """The gradients one training step of `run` gives the parameters of `params_of`
+    (default `run`; a planned or compiled model shares its original's parameters), by
+    name, cloned; the parameters' .grad is left cleared."""
+    params_of = params_of or run
+    zero_grads(params_of)
+    training_step(run, inputs, loss_fn)
+    out = {n: p.grad.clone() for n, p in params_of.named_parameters()}
+    zero_grads(params_of)
+    return out
+
+
 @dataclass(frozen=True)
 class StepMeasurement:
     saved_bytes: int          # activation bytes on the device at the end of forward

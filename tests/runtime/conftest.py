@@ -52,13 +52,9 @@ def bw_path(tmp_path):
 
 
 def _grads(model, run, inputs, loss_fn):
-    from autosched.runtime.training_step import training_step, zero_grads
+    from autosched.runtime.training_step import parameter_grads
 
-    zero_grads(model)
-    training_step(run, inputs, loss_fn)
-    out = {n: p.grad.clone() for n, p in model.named_parameters()}
-    zero_grads(model)
-    return out
+    return parameter_grads(run, inputs, loss_fn, model)
 
 
 @pytest.fixture
