@@ -110,7 +110,7 @@ def _grads(model):
 
 
 def measure(spec, library: Path, train: bool, rounds: int, calls: int) -> dict:
-    torch._dynamo.reset()
+    torch.compiler.reset()
     runs = variants(spec, library, train)
     reference = _step(runs["eager"][0], spec.inputs, spec.loss_fn, train)
     ref_grads = _grads(runs["eager"][0]) if train else None

@@ -23,6 +23,14 @@ from .apply_plan import apply, apply_actions
 from .module_tree import clone_structure
 
 
+def allow_recompiles(limit: int) -> None:
+    """Let dynamo compile each captured function up to `limit` times (its default of 8
+    stops a comparison of many compiled variants of one model after the eighth)."""
+    import torch
+
+    torch._dynamo.config.recompile_limit = limit
+
+
 def partitioner_backend(memory_budget: float, backend: str = "inductor"):
     """`backend` with activation_memory_budget set while AOTAutograd partitions.
 
