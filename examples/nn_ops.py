@@ -21,8 +21,9 @@ import math
 from tvm import te
 
 import autosched
-from autosched.model.workloads import row_mean, row_stats, softmax_backward
-from autosched.model.workloads import softmax as row_softmax
+from autosched.model.te_ops import layer_norm as row_layer_norm
+from autosched.model.te_ops import row_mean, row_stats, softmax_backward
+from autosched.model.te_ops import softmax as row_softmax
 
 # (M, N, K) of the two linear layers of the MLP example: batch x out x in.
 LINEAR_SHAPES = [{"M": 128, "N": 256, "K": 64}, {"M": 128, "N": 16, "K": 256}]
@@ -180,13 +181,7 @@ def softmax_grad(M=128, N=256, dtype="float32"):
               "beta": {"workload": "layer_norm_grad_beta", "inputs": ["grad:y"]}},
     torch_reference="nn_reference:layer_norm")
 def layer_norm(M=128, N=256, eps=1e-5, dtype="float32"):
-    x = te.placeholder((M, N), name="x", dtype=dtype)
-    gamma = te.placeholder((N,), name="gamma", dtype=dtype)
-    beta = te.placeholder((N,), name="beta", dtype=dtype)
-    mean, rstd = row_stats(x, M, N, eps, dtype)
-    y = te.compute((M, N), lambda i, j: (x[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j],
-                   name="y")
-    return x, gamma, beta, y
+    return row_layer_norm(M, N, eps, dtype)
 
 
 @autosched.workload(variants=ROW_SHAPES, torch_reference="nn_reference:layer_norm_grad_x")
