@@ -43,17 +43,60 @@ def scan(gm, kind: str) -> GraphScan:
     return result
 
 
-def aot_backend(graph_pass: Callable) -> Callable:
+def inductor_graph(gm, example_inputs, kind: str) -> Callable:
+    """`gm` compiled by inductor as AOTAutograd would compile it (a boxed callable);
+    operators a pass replaced by custom ops stay calls to those ops.
+
+    The graph is traced again through inductor's decompositions first: AOTAutograd made
+    it without them so that passes see the operators whole (softmax, layer norm, GELU),
+    and inductor lowers only the decomposed forms of those."""
+    from contextlib import nullcontext
+
+    from torch._guards import detect_fake_mode
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with detect_fake_mode(example_inputs) or nullcontext():
+        decomposed = make_fx(gm, decomposition_table=select_decomp_table())(*example_inputs)
+    return compile_fx_inner(decomposed, example_inputs, is_backward=kind == "backward",
+                            is_inference=kind == "inference")
+
+
+def graph_compiler(name: str) -> Callable:
+    """The graph compiler called `name`: "inductor", "eager", or "auto" (inductor where
+    it can build, that is where a C++ compiler is on the PATH; eager otherwise)."""
+    import shutil
+
+    if name == "auto":
+        name = "inductor" if any(shutil.which(c) for c in ("g++", "c++", "clang++")) \
+            else "eager"
+    compilers = {"inductor": inductor_graph, "eager": eager_graph}
+    if name not in compilers:
+        raise ValueError(f"unknown graph compiler {name!r}: one of auto, "
+                         f"{', '.join(compilers)}")
+    return compilers[name]
+
+
+def eager_graph(gm, example_inputs, kind: str) -> Callable:
+    """`gm` run as it is, operator by operator (a boxed callable)."""
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(gm.forward)
+
+
+def aot_backend(graph_pass: Callable, compile_graph: Callable = eager_graph) -> Callable:
     """A torch.compile backend that runs `graph_pass(gm, kind)` on each aten graph
-    AOTAutograd makes of a captured graph, then runs the graph as it is (eager aten)."""
+    AOTAutograd makes of a captured graph, then `compile_graph(gm, example_inputs, kind)`
+    on the result (eager aten by default, `inductor_graph` to let inductor fuse the rest)."""
     from functools import partial
 
-    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+    from torch._functorch.aot_autograd import aot_module_simplified
 
     def compiler(kind, gm, example_inputs):
         graph_pass(gm, kind)
         gm.recompile()
-        return make_boxed_func(gm.forward)
+        return compile_graph(gm, example_inputs, kind)
 
     def backend(gm, example_inputs):
         return aot_module_simplified(gm, example_inputs,

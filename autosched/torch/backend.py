@@ -12,7 +12,9 @@ is replaced by `torch.ops.autosched.<workload>` where
 * the kernel's latency beats torch's recorded latency (both from the database, carried
   by the manifest; the kernel's as timed through its torch op at export, when known).
 
-Everything else runs as torch runs it (aten, eagerly). A shape the library lacks (another
+Everything else runs as torch runs it: compiled by inductor (the default where inductor
+can build; `compiler="eager"` runs the aten graph operator by operator), which fuses
+the operators left to torch around the kernels' calls. A shape the library lacks (another
 batch size, dynamic shapes) falls back to torch; compile with `dynamic=False` so a new
 shape gets its own static graph. Every decision is logged (logger ``autosched.torch``)
 and listed by `explain(backend)`.
@@ -52,8 +54,9 @@ def _shape_text(params: dict) -> str:
 class AutoschedBackend:
     """A torch.compile backend over one exported model library (see the module doc)."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, compiler: str = "auto"):
         from ..model.choice import read_choices
+        from ..model.graphs import graph_compiler
         from .library import load_library
 
         self.directory = Path(directory)
@@ -71,9 +74,10 @@ class AutoschedBackend:
                 self.kernels[key] = entry
                 self.ops[entry.workload] = library[entry.workload]
         self.decisions: list[Decision] = []
+        self.compile_graph = graph_compiler(compiler)
 
     def __call__(self, gm, example_inputs):
-        return aot_backend(self.rewrite)(gm, example_inputs)
+        return aot_backend(self.rewrite, self.compile_graph)(gm, example_inputs)
 
     def decide(self, m: OpMatch) -> tuple[str, str]:
         """("autosched" or "torch", why) for one matched operator call."""
@@ -129,10 +133,12 @@ class AutoschedBackend:
         m.output.replace_all_uses_with(out)
 
 
-def backend(directory) -> AutoschedBackend:
+def backend(directory, compiler: str = "auto") -> AutoschedBackend:
     """The torch.compile backend for the library `autosched export-model` wrote to
-    `directory`: ``torch.compile(model, backend=autosched.torch.backend(DIR))``."""
-    return AutoschedBackend(directory)
+    `directory`: ``torch.compile(model, backend=autosched.torch.backend(DIR))``.
+    `compiler` compiles what stays torch's: "inductor", "eager", or "auto" (inductor
+    where it can build)."""
+    return AutoschedBackend(directory, compiler)
 
 
 def explain(compiled_backend: AutoschedBackend, graph: str | None = None) -> str:

@@ -91,11 +91,11 @@ def _load(path):
     return load_model_file(str(path))
 
 
-def _compiled(model, library):
+def _compiled(model, library, compiler="inductor"):
     import autosched.torch
 
     torch._dynamo.reset()
-    backend = autosched.torch.backend(library)
+    backend = autosched.torch.backend(library, compiler)
     return torch.compile(model, backend=backend, dynamic=False), backend
 
 
@@ -103,15 +103,20 @@ def _chosen(backend, chosen):
     return [d for d in backend.decisions if d.chosen == chosen]
 
 
-def test_inference_equals_eager_and_runs_kernels(exported):
+@pytest.mark.parametrize("compiler", ["inductor", "eager"])
+def test_inference_equals_eager_and_runs_kernels(exported, compiler):
     _, path, libs = exported
     library, kept = libs[False]
     spec = _load(path)
     eager = spec.model.eval()
-    compiled, backend = _compiled(copy.deepcopy(eager), library)
+    compiled, backend = _compiled(copy.deepcopy(eager), library, compiler)
     with torch.no_grad():
         torch.testing.assert_close(compiled(*spec.inputs), eager(*spec.inputs), **TOL)
+        with torch.profiler.profile() as prof:
+            compiled(*spec.inputs)
     assert _chosen(backend, "autosched"), backend.decisions
+    ran = {e.name for e in prof.events() if e.name.startswith("autosched::")}
+    assert ran == {f"autosched::{d.workload}" for d in _chosen(backend, "autosched")}
     assert {d.graph for d in backend.decisions} == {"inference"}
     # the task whose torch baseline is faster than its kernel stays torch's
     kept_rows = [d for d in backend.decisions if d.workload == kept[0]
