@@ -261,21 +261,50 @@ def _conv_params(x, w, stride, padding, dilation, transposed, groups, *tensors):
             "pad": int(padding[0]), "dtype": dtype}
 
 
+def _output_parts(node, parts: dict) -> list:
+    """One match per output of a several-output operator that the graph uses, from
+    `parts` {output index: (workload, params, inputs, input shapes)}; none unless every
+    used output has its workload (the operator then replaces only as a whole)."""
+    getters = {u.args[1]: u for u in node.users if u.target == operator.getitem and u.users}
+    if len(getters) != len(node.users) or not set(getters) <= set(parts):
+        return []
+    found = [_make(node, *parts[i], output=getters[i], group=node) for i in sorted(getters)]
+    return [m for m in found if m is not None] if None not in found else []
+
+
 def _convolution_backward(node) -> list:
     """(grad_input, grad_weight, grad_bias): one kernel each for the outputs in use."""
     dy, x, w, _, stride, padding, dilation, transposed, _, groups = node.args[:10]
     params = _conv_params(x, w, stride, padding, dilation, transposed, groups, dy)
-    getters = {u.args[1]: u for u in node.users if u.target == operator.getitem and u.users}
     sdy = _shape(dy)
-    if params is None or sdy is None or len(getters) != len(node.users):
+    if params is None or sdy is None:
         return []
     sx, sw = _shape(x), _shape(w)
-    parts = {0: ("aten_conv2d_grad_input", params, (dy, w), (sdy, sw)),
-             1: ("aten_conv2d_grad_weight", params, (dy, x), (sdy, sx)),
-             2: ("aten_conv2d_grad_bias", {"N": sdy[0], "K": sdy[1], "P": sdy[2], "Q": sdy[3],
-                                           "dtype": params["dtype"]}, (dy,), (sdy,))}
-    found = [_make(node, *parts[i], output=getters[i], group=node) for i in sorted(getters)]
-    return [m for m in found if m is not None] if None not in found else []
+    return _output_parts(node, {
+        0: ("aten_conv2d_grad_input", params, (dy, w), (sdy, sw)),
+        1: ("aten_conv2d_grad_weight", params, (dy, x), (sdy, sx)),
+        2: ("aten_conv2d_grad_bias", {"N": sdy[0], "K": sdy[1], "P": sdy[2], "Q": sdy[3],
+                                      "dtype": params["dtype"]}, (dy,), (sdy,))})
+
+
+def _layer_norm_backward(node) -> list:
+    """(dx, dgamma, dbeta) of a layer norm over the last axis with gamma: one kernel each
+    for the outputs in use, reading the mean and rstd the forward saved."""
+    dy, x, normalized, mean, rstd, gamma = node.args[:6]
+    shape = _shape(x)
+    dtype = _dtype(dy, x, mean, rstd, gamma) if gamma is not None else None
+    if dtype is None or shape is None or list(normalized) != [shape[-1]] or \
+            _shape(dy) != shape or _shape(mean) != shape[:-1] + (1,):
+        return []
+    M, N = _rows(shape)
+    params = {"M": M, "N": N, "dtype": dtype}
+    rows, stats = (M, N), (M,)
+    return _output_parts(node, {
+        0: ("aten_layer_norm_grad_input", params, (dy, x, mean, rstd, gamma),
+            (rows, rows, stats, stats, (N,))),
+        1: ("aten_layer_norm_grad_gamma", params, (dy, x, mean, rstd),
+            (rows, rows, stats, stats)),
+        2: ("aten_layer_norm_grad_beta", params, (dy,), (rows,))})
 
 
 MATCHERS = {
@@ -285,6 +314,7 @@ MATCHERS = {
     aten._softmax.default: _softmax,
     aten._softmax_backward_data.default: _softmax_backward,
     aten.native_layer_norm.default: _layer_norm,
+    aten.native_layer_norm_backward.default: _layer_norm_backward,
     aten.gelu.default: _gelu,
     aten.gelu_backward.default: _gelu_backward,
     aten.convolution.default: _convolution,

@@ -140,6 +140,52 @@ def layer_norm(M=64, N=64, eps=1e-5, dtype="float32"):
     return x, gamma, beta, y
 
 
+def _normalized(x, mean, rstd):
+    """xhat (i, j) of layer norm from the saved row statistics."""
+    return lambda i, j: (x[i, j] - mean[i]) * rstd[i]
+
+
+def _ln_backward_inputs(M, N, dtype):
+    te = _te()
+    return (te.placeholder((M, N), name="dy", dtype=dtype),
+            te.placeholder((M, N), name="x", dtype=dtype),
+            te.placeholder((M,), name="mean", dtype=dtype),
+            te.placeholder((M,), name="rstd", dtype=dtype))
+
+
+def layer_norm_grad_input(M=64, N=64, dtype="float32"):
+    """dx of `layer_norm` (aten.native_layer_norm_backward's first output) from dy, x, the
+    saved mean and rstd (M,) and gamma: rstd * (g - mean_j g - xhat * mean_j (g xhat)),
+    g = dy * gamma."""
+    te = _te()
+    dy, x, mean, rstd = _ln_backward_inputs(M, N, dtype)
+    gamma = te.placeholder((N,), name="gamma", dtype=dtype)
+    xhat = _normalized(x, mean, rstd)
+    g_mean = row_mean(lambda i, j: dy[i, j] * gamma[j], M, N, dtype, "g_mean")
+    gx_mean = row_mean(lambda i, j: dy[i, j] * gamma[j] * xhat(i, j), M, N, dtype, "gx_mean")
+    dx = te.compute((M, N), lambda i, j: rstd[i] * (dy[i, j] * gamma[j] - g_mean[i]
+                                                    - xhat(i, j) * gx_mean[i]), name="dx")
+    return dy, x, mean, rstd, gamma, dx
+
+
+def layer_norm_grad_gamma(M=64, N=64, dtype="float32"):
+    """dgamma (N,) of `layer_norm`: sum over rows of dy * xhat."""
+    te = _te()
+    dy, x, mean, rstd = _ln_backward_inputs(M, N, dtype)
+    xhat = _normalized(x, mean, rstd)
+    i = te.reduce_axis((0, M), name="i")
+    return dy, x, mean, rstd, te.compute((N,), lambda j: te.sum(dy[i, j] * xhat(i, j), axis=i),
+                                         name="dgamma")
+
+
+def layer_norm_grad_beta(M=64, N=64, dtype="float32"):
+    """dbeta (N,) of `layer_norm`: dy summed over rows."""
+    te = _te()
+    dy = te.placeholder((M, N), name="dy", dtype=dtype)
+    i = te.reduce_axis((0, M), name="i")
+    return dy, te.compute((N,), lambda j: te.sum(dy[i, j], axis=i), name="dbeta")
+
+
 def _gelu_erf(v, dtype):
     te = _te()
     return te.const(0.5, dtype) * v * (te.const(1.0, dtype)

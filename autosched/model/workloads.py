@@ -25,6 +25,9 @@ from .te_ops import (
     gelu,
     gelu_backward,
     layer_norm,
+    layer_norm_grad_beta,
+    layer_norm_grad_gamma,
+    layer_norm_grad_input,
     linear,
     mm,
     mm_nt,
@@ -79,6 +82,17 @@ def _torch_layer_norm(x, gamma, beta, eps=1e-5):
     return torch.nn.functional.layer_norm(x, x.shape[-1:], gamma, beta, eps)
 
 
+def _torch_layer_norm_backward(dy, x, mean, rstd, gamma=None, part=0):
+    """One output of aten.native_layer_norm_backward over the last axis, as torch
+    computes it alone (the other outputs masked off)."""
+    import torch
+
+    weight = gamma if gamma is not None else torch.ones(x.shape[-1], dtype=x.dtype)
+    mask = [i == part for i in range(3)]
+    return torch.ops.aten.native_layer_norm_backward(
+        dy, x, [x.shape[-1]], mean.unsqueeze(-1), rstd.unsqueeze(-1), weight, None, mask)[part]
+
+
 def _torch_gelu(x, approximate="none"):
     import torch
 
@@ -101,6 +115,10 @@ def _torch_conv2d_grad_weight(dy, x, R=3, S=3, stride=1, pad=1):
     import torch
 
     return torch.nn.grad.conv2d_weight(x, (dy.shape[1], x.shape[1], R, S), dy, stride, pad)
+
+
+def _torch_sum_rows(dy):
+    return dy.sum(dim=0)
 
 
 def _torch_conv2d_grad_bias(dy):
@@ -156,6 +174,11 @@ def _table() -> dict:
         ModelWorkload("aten_softmax", softmax, _torch_softmax),
         ModelWorkload("aten_softmax_backward", softmax_backward, _torch_softmax_backward),
         ModelWorkload("aten_layer_norm", layer_norm, _torch_layer_norm, ("eps",)),
+        ModelWorkload("aten_layer_norm_grad_input", layer_norm_grad_input,
+                      partial(_torch_layer_norm_backward, part=0)),
+        ModelWorkload("aten_layer_norm_grad_gamma", layer_norm_grad_gamma,
+                      partial(_torch_layer_norm_backward, part=1)),
+        ModelWorkload("aten_layer_norm_grad_beta", layer_norm_grad_beta, _torch_sum_rows),
         ModelWorkload("aten_conv2d_grad_input", conv2d_grad_input, _torch_conv2d_grad_input,
                       ("N", "C", "H", "W", "stride", "pad")),
         ModelWorkload("aten_conv2d_grad_weight", conv2d_grad_weight,
