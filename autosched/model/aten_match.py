@@ -238,26 +238,48 @@ def _gelu_backward(node):
 
 def _convolution(node):
     x, w, bias, stride, padding, dilation, transposed, _, groups = node.args[:9]
-    params = _conv_params(x, w, stride, padding, dilation, transposed, groups,
-                          *(() if bias is None else (bias,)))
+    tensors = () if bias is None else (bias,)
+    params = _conv_params(x, w, stride, padding, dilation, transposed, groups, *tensors)
+    base = "aten_conv2d"
+    if params is None:
+        params, base = _conv1d_params(x, w, stride, padding, dilation, transposed, groups,
+                                      *tensors), "aten_conv1d"
     if params is None:
         return None
     output, epilogue = _epilogue(node)
     sx, sw, K = _shape(x), _shape(w), params["K"]
     inputs, shapes = ((x, w), (sx, sw)) if bias is None else ((x, w, bias), (sx, sw, (K,)))
-    name = workload_name("aten_conv2d", bias is not None, epilogue)
-    return _make(node, name, params, inputs, shapes, output)
+    return _make(node, workload_name(base, bias is not None, epilogue), params, inputs,
+                 shapes, output)
+
+
+def _plain_conv(x, w, stride, padding, dilation, transposed, groups, rank, *tensors):
+    """The dtype of a convolution with `rank` spatial axes, groups 1, dilation 1 and the
+    same stride and padding on every axis; None for any other."""
+    sx, sw = _shape(x), _shape(w)
+    if sx is None or sw is None or len(sx) != rank + 2 or transposed or groups != 1 \
+            or set(dilation) != {1} or len(set(stride)) != 1 or len(set(padding)) != 1:
+        return None
+    return _dtype(x, w, *tensors)
 
 
 def _conv_params(x, w, stride, padding, dilation, transposed, groups, *tensors):
     """The shared parameters of a plain 2-D convolution; None for any other."""
-    sx, sw = _shape(x), _shape(w)
-    dtype = _dtype(x, w, *tensors)
-    if dtype is None or sx is None or sw is None or len(sx) != 4 or transposed or groups != 1 \
-            or set(dilation) != {1} or len(set(stride)) != 1 or len(set(padding)) != 1:
+    dtype = _plain_conv(x, w, stride, padding, dilation, transposed, groups, 2, *tensors)
+    if dtype is None:
         return None
-    (N, C, H, W), (K, _, R, S) = sx, sw
+    (N, C, H, W), (K, _, R, S) = _shape(x), _shape(w)
     return {"N": N, "C": C, "H": H, "W": W, "K": K, "R": R, "S": S, "stride": int(stride[0]),
+            "pad": int(padding[0]), "dtype": dtype}
+
+
+def _conv1d_params(x, w, stride, padding, dilation, transposed, groups, *tensors):
+    """The parameters of a plain 1-D convolution; None for any other."""
+    dtype = _plain_conv(x, w, stride, padding, dilation, transposed, groups, 1, *tensors)
+    if dtype is None:
+        return None
+    (N, C, L), (K, _, R) = _shape(x), _shape(w)
+    return {"N": N, "C": C, "L": L, "K": K, "R": R, "stride": int(stride[0]),
             "pad": int(padding[0]), "dtype": dtype}
 
 

@@ -244,14 +244,34 @@ def conv2d(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1, bias=True, epil
     out = te.compute((N, K, P, Q), lambda n, k, p, q: te.sum(
         padded[n, c, p * stride + r, q * stride + s] * w[k, c, r, s], axis=[c, r, s]),
         name="conv")
+    return (x, w) + _conv_epilogue(out, bias, epilogue, dtype)
+
+
+def _conv_epilogue(out, bias: bool, epilogue: str, dtype) -> tuple:
+    """(b, y) or (y,): the convolution `out` (N, K, ...) plus an optional bias (K,) per
+    output channel, then the epilogue."""
+    te = _te()
+    shape = tuple(out.shape)
     if not bias:
-        y = te.compute((N, K, P, Q), lambda n, k, p, q: _epilogue(out[n, k, p, q], epilogue,
-                                                                   dtype), name="y")
-        return x, w, y
-    b = te.placeholder((K,), name="b", dtype=dtype)
-    y = te.compute((N, K, P, Q), lambda n, k, p, q: _epilogue(out[n, k, p, q] + b[k], epilogue,
-                                                               dtype), name="y")
-    return x, w, b, y
+        return (te.compute(shape, lambda *i: _epilogue(out(*i), epilogue, dtype), name="y"),)
+    b = te.placeholder((shape[1],), name="b", dtype=dtype)
+    return b, te.compute(shape, lambda *i: _epilogue(out(*i) + b[i[1]], epilogue, dtype),
+                         name="y")
+
+
+def conv1d(N=1, C=8, L=32, K=8, R=3, stride=1, pad=1, bias=True, epilogue="none",
+           dtype="float32"):
+    """NCL convolution of x (N, C, L) with w (K, C, R), optional bias (K,) and ReLU /
+    GELU: aten.convolution on 3-d input with groups=1, dilation 1."""
+    te = _te()
+    x = te.placeholder((N, C, L), name="x", dtype=dtype)
+    w = te.placeholder((K, C, R), name="w", dtype=dtype)
+    padded = te.compute((N, C, L + 2 * pad), lambda n, c, v: te.if_then_else(
+        te.all(v >= pad, v < L + pad), x[n, c, v - pad], te.const(0, dtype)), name="x_pad")
+    c, r = te.reduce_axis((0, C), name="c"), te.reduce_axis((0, R), name="r")
+    out = te.compute((N, K, _conv_out(L, R, stride, pad)), lambda n, k, q: te.sum(
+        padded[n, c, q * stride + r] * w[k, c, r], axis=[c, r]), name="conv")
+    return (x, w) + _conv_epilogue(out, bias, epilogue, dtype)
 
 
 def _conv_out(H, R, stride, pad):

@@ -18,6 +18,7 @@ from functools import partial
 from ..workload import WorkloadDef, definition
 from .te_ops import (
     bmm,
+    conv1d,
     conv2d,
     conv2d_grad_bias,
     conv2d_grad_input,
@@ -131,6 +132,12 @@ def _torch_conv2d(x, w, b=None, stride=1, pad=1, epilogue="none"):
     return _torch_epilogue(torch.nn.functional.conv2d(x, w, b, stride, pad), epilogue)
 
 
+def _torch_conv1d(x, w, b=None, stride=1, pad=1, epilogue="none"):
+    import torch
+
+    return _torch_epilogue(torch.nn.functional.conv1d(x, w, b, stride, pad), epilogue)
+
+
 @dataclass(frozen=True)
 class ModelWorkload:
     """A workload of a model operator and its torch twin. `fixed` binds parameters that
@@ -195,9 +202,11 @@ def _table() -> dict:
         items.append(ModelWorkload(workload_name("aten_linear", epilogue=epilogue), linear,
                                    _torch_linear, ("epilogue",), {"epilogue": epilogue}))
         for bias in (False, True):
-            items.append(ModelWorkload(workload_name("aten_conv2d", bias, epilogue), conv2d,
-                                       _torch_conv2d, ("stride", "pad", "epilogue"),
-                                       {"bias": bias, "epilogue": epilogue}))
+            for base, te_func, twin in (("aten_conv2d", conv2d, _torch_conv2d),
+                                        ("aten_conv1d", conv1d, _torch_conv1d)):
+                items.append(ModelWorkload(workload_name(base, bias, epilogue), te_func, twin,
+                                           ("stride", "pad", "epilogue"),
+                                           {"bias": bias, "epilogue": epilogue}))
     return {w.name: w for w in items}
 
 

@@ -81,6 +81,32 @@ def test_tasks_of_the_model_are_the_workloads_at_those_shapes(model_file):
     assert len({t.key for t in tasks}) == len(tasks)
 
 
+CONV1D = '''
+import torch
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv1d(3, 8, 5, padding=2), torch.nn.ReLU(),
+        torch.nn.Conv1d(8, 8, 3, stride=2, bias=False),
+        torch.nn.Conv1d(8, 8, 3, dilation=2, padding=2))
+
+def make_inputs():
+    return (torch.randn(2, 3, 33),)
+'''
+
+
+def test_conv1d_is_a_workload_with_its_epilogue_and_dilated_stays_torch(tmp_path):
+    path = tmp_path / "conv1d.py"
+    path.write_text(CONV1D)
+    ops, found = _ops(path, train=False)
+    assert _get(ops, "aten_conv1d_bias_relu", N=2, C=3, L=33, K=8, R=5, stride=1,
+                pad=2).count == 1
+    assert _get(ops, "aten_conv1d", C=8, L=33, R=3, stride=2, pad=0).count == 1
+    assert len(found.ops) == 2
+    assert found.uncovered["aten.convolution"] == 1  # dilation 2: no workload
+
+
 NO_OPS = '''
 import torch
 

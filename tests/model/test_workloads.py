@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from autosched.model.workloads import WORKLOADS
 
 # small odd sizes for every shape parameter a workload has
-SIZES = {"M": 13, "N": 21, "K": 11, "B": 3, "C": 5, "H": 9, "W": 7}
+SIZES = {"M": 13, "N": 21, "K": 11, "B": 3, "C": 5, "H": 9, "W": 7, "L": 17}
 
 
 def _params(workload) -> dict:
