@@ -162,3 +162,26 @@ def test_spill_counter_on_known_assembly():
     assert (loop.function, loop.fmas, loop.stack_loads, loop.stack_stores) == ("f", 2, 2, 1)
     # without a frame pointer set up, %rbp is a data pointer, not the stack
     assert innermost_loops(asm)[1].spills == 0
+
+
+CONTRACTIONS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
+                            "contraction_ops.py")
+# Grouped and transposed convolutions read the data through the output channel (the
+# group) or through a transformed weight stage: no argument operand to pack, so they
+# keep the tiling sketches.
+OFFERED = ["attention_scores", "conv1d", "conv2d_dilated", "conv2d_nhwc", "conv2d_strided",
+           "conv3d", "conv_bn_relu", "dense_relu"]
+
+
+def test_which_user_contractions_get_the_kernel(target):
+    import autosched
+    from search_space import generate_space
+
+    got = sorted(t.workload for t in autosched.load_tasks(CONTRACTIONS)
+                 if "microkernel" in generate_space(t, target).sketches)
+    assert got == OFFERED
+
+
+@pytest.mark.parametrize("name", OFFERED)
+def test_user_contractions_equal_the_unscheduled_program(name, target):
+    _check(_task(CONTRACTIONS, name), target, 2, seed=5)
