@@ -36,12 +36,14 @@ _UNROLLS = (1, 2, 4, 8, 16)
 @dataclass(frozen=True)
 class KernelPlan:
     """How one contraction block becomes a micro-kernel: the operand packed along the
-    vector axis (`pack.iter`), the row axis of the register tile, the elementwise
-    consumers fused behind it, and whether odd extents may be padded."""
+    vector axis (`pack.iter`), the row axis of the register tile, the operand read
+    along the rows that may be packed too (or None), the elementwise consumers fused
+    behind it, and whether odd extents may be padded."""
 
     info: BlockAnalysis
     pack: PackPlan
     row: str
+    row_pack: PackPlan | None
     chain: tuple[str, ...]
     paddable: bool
 
@@ -104,9 +106,24 @@ def _kernel_plan(sch, info: BlockAnalysis, args: set[str]) -> KernelPlan | None:
             if v.name != pack.iter and v.extent > 1 and v.name not in packed.iters()]
     if not rows:
         return None
+    row = rows[-1].name
     paddable = all(e is not None for a in info.reads + info.writes for e in a.exact)
     chain = consumer_chain(sch, sch.get_sblock(info.name))
-    return KernelPlan(info, pack, rows[-1].name, chain, paddable)
+    return KernelPlan(info, pack, row, _row_pack(info, args, pack, row), chain, paddable)
+
+
+def _row_pack(info: BlockAnalysis, args: set[str], pack: PackPlan, row: str):
+    """The argument operand indexed exactly by the row axis (A of a matmul): packed
+    into [rows / MR][reduction][MR], its MR broadcasts per step are adjacent."""
+    reduce = {v.name for v in info.reduce}
+    for acc in info.reads:
+        dim = acc.dim_of(row)
+        if acc.buffer == pack.buffer or acc.buffer not in args or dim is None:
+            continue
+        rest = [d for d in range(len(acc.uses)) if d != dim]
+        outer_at = next((i for i, d in enumerate(rest) if acc.uses[d] & reduce), 0)
+        return PackPlan(acc.buffer, dim, row, outer_at)
+    return None
 
 
 def _fits(extent: int, tile: int, paddable: bool, slack: int) -> bool:
@@ -140,25 +157,25 @@ def _padded(extent: int, tile: int) -> int:
     return -(-extent // tile) * tile
 
 
-def _pad(sch, block, plan: KernelPlan, mr: int, nr: int) -> tuple[PackPlan, bool]:
-    """Pad the row and vector axes to whole tiles; returns the plan of the operand to
-    pack (renamed when it was padded) and whether anything was padded."""
+def _pad(sch, block, plan: KernelPlan, mr: int, nr: int) -> bool:
+    """Pad the row and vector axes to whole tiles; whether anything was padded."""
     sizes = {plan.row: _padded(plan.iter(plan.row).extent, mr),
              plan.pack.iter: _padded(plan.iter(plan.pack.iter).extent, nr)}
     if all(sizes[n] == plan.iter(n).extent for n in sizes):
-        return plan.pack, False
+        return False
     sch.pad_einsum(block, [sizes.get(v.name, v.extent) for v in plan.info.iters])
+    return True
+
+
+def _pack(sch, block, pack: PackPlan, width: int) -> str:
+    """Pack an operand into panels of `width`. When the operand was padded, its
+    padding stage is inlined into the packing copy, so padding costs no extra pass."""
     names = {r.source.name for r in sch.get(block).reads}
-    padded = plan.pack.buffer + "_pad"
-    return (replace(plan.pack, buffer=padded) if padded in names else plan.pack), True
-
-
-def _pack(sch, block, pack: PackPlan, nr: int, padded: bool) -> str:
-    """Pack the operand into panels; a padding stage in front of it is inlined into
-    the packing copy, so padding costs no extra pass."""
-    name = pack_operand(sch, block, pack, nr)
-    if padded:
-        sch.compute_inline(sch.get_sblock(pack.buffer))
+    padded = pack.buffer + "_pad"
+    if padded not in names:
+        return pack_operand(sch, block, pack, width)
+    name = pack_operand(sch, block, replace(pack, buffer=padded), width)
+    sch.compute_inline(sch.get_sblock(padded))
     return name
 
 
@@ -180,8 +197,10 @@ def kernel_block(sch, decide: Decider, plan: KernelPlan, params: CpuParams) -> s
     p = plan.block
     block = sch.get_sblock(p)
     mr, nr = decide.choice(f"{p}.register_tile", register_tiles(plan, params))
-    pack, padded = _pad(sch, block, plan, mr, nr)
-    _pack(sch, block, pack, nr, pack.buffer != plan.pack.buffer)
+    padded = _pad(sch, block, plan, mr, nr)
+    _pack(sch, block, plan.pack, nr)
+    if plan.row_pack is not None and decide.choice(f"{p}.pack_rows", (False, True)):
+        _pack(sch, block, plan.row_pack, mr)
     write = _write_stage(sch, block, plan, padded)
     loops = _split(sch, block, decide, plan, mr, nr)
     sch.reorder(*loops["outer"], *loops["panels"], *loops["reduce"], *loops["tile"])

@@ -118,9 +118,13 @@ def test_candidates_are_deterministic_per_seed(target):
     assert again.script() == first[0][1].script()
 
 
+def _accumulators(tile, lanes):
+    return tile[0] * tile[1] // lanes
+
+
 def test_hot_loop_of_a_register_tile_has_no_spills(target):
-    """The micro-kernel's reduction loop, with the largest register tile the target
-    allows, holds the tile's FMAs and touches no stack."""
+    """The micro-kernel's reduction loop, with a register tile that leaves the
+    compiler half the registers, holds the tile's FMAs and touches no stack."""
     from tvm import s_tir
 
     from autosched.measure.asm import hot_loop, kernel_asm
@@ -129,13 +133,44 @@ def test_hot_loop_of_a_register_tile_has_no_spills(target):
 
     task = _example("matmul.py", "matmul", ["M=128", "N=128", "K=64"])
     sketch = generate_space(task, target).sketches["microkernel"]
-    mr, nr = max(register_tiles(sketch.plans[0], sketch.params), key=lambda t: t[0] * t[1])
-    sch = s_tir.Schedule(task.mod)
-    fixed = {"C.register_tile": (mr, nr), "C.k_unroll": 4}
-    sketch.apply(sch, Decider(fixed, rng=random.Random(0), strict=False))
+    lanes, regs = sketch.params.lanes, sketch.params.registers
+    tiles = [t for t in register_tiles(sketch.plans[0], sketch.params)
+             if _accumulators(t, lanes) <= regs // 2]
+    mr, nr = max(tiles, key=lambda t: (_accumulators(t, lanes), t[1]))
+    for pack_rows in (False, True):
+        sch = s_tir.Schedule(task.mod)
+        fixed = {"C.register_tile": (mr, nr), "C.k_unroll": 4, "C.pack_rows": pack_rows}
+        sketch.apply(sch, Decider(fixed, rng=random.Random(0), strict=False))
+        loop = hot_loop(kernel_asm(sch.mod, target))
+        assert loop is not None and loop.fmas >= mr * nr // lanes
+        assert loop.spills == 0, loop
+
+
+def test_a_register_tile_too_big_for_the_registers_spills(target):
+    """A hand-made 16 x (8 vectors) accumulator tile: 128 vectors cannot stay in
+    registers, and the counter sees the stack traffic in the hot loop."""
+    import tvm
+    from tvm import s_tir, te
+
+    from autosched.measure.asm import hot_loop, kernel_asm
+    from search_space.cpu.lanes import vector_lanes
+
+    nr = 8 * vector_lanes(target)
+    a, b = te.placeholder((32, 64), name="A"), te.placeholder((64, nr), name="B")
+    k = te.reduce_axis((0, 64), name="k")
+    c = te.compute((32, nr), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([a, b, c])}))
+    block = sch.get_sblock("C")
+    local = sch.cache_write(block, 0, "local")
+    i, j, r = sch.get_loops(block)
+    i0, i1 = sch.split(i, [None, 16])
+    sch.reorder(i0, r, i1, j)
+    sch.reverse_compute_at(local, i0)
+    sch.unroll(i1)
+    sch.vectorize(j)
+    sch.decompose_reduction(block, r)
     loop = hot_loop(kernel_asm(sch.mod, target))
-    assert loop is not None and loop.fmas >= mr * nr // sketch.params.lanes
-    assert loop.spills == 0, loop
+    assert loop is not None and loop.spills > 0, loop
 
 
 def test_spill_counter_on_known_assembly():
