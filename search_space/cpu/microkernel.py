@@ -135,7 +135,7 @@ def _fits(extent: int, tile: int, paddable: bool, slack: int) -> bool:
 def register_tiles(plan: KernelPlan, params: CpuParams) -> list[tuple[int, int]]:
     """The legal (MR, NR) register tiles: MR * NR / lanes accumulators, NR / lanes
     registers of the packed panel and one broadcast fit the vector registers; enough
-    accumulators to hide the FMA latency where the extents allow; tiles that do not
+    accumulators (half the registers) where the extents allow; tiles that do not
     divide the extents only when padding is possible and wastes little."""
     rows, cols = plan.iter(plan.row).extent, plan.iter(plan.pack.iter).extent
     lanes, regs = params.lanes, params.registers
@@ -149,7 +149,10 @@ def register_tiles(plan: KernelPlan, params: CpuParams) -> list[tuple[int, int]]
                 break
             if _fits(rows, mr, plan.paddable, 0):
                 out.append((mr, nr))
-    enough = min(2 * params.min_accumulators, max((m * n // lanes for m, n in out), default=0))
+    # Each step loads MR broadcasts and NR / lanes panel vectors for MR * NR / lanes
+    # FMAs: tiles holding at least half the registers in accumulators keep the loads
+    # per FMA low enough for the FMA units to set the pace.
+    enough = min(regs // 2, max((m * n // lanes for m, n in out), default=0))
     return [(m, n) for m, n in out if m * n // lanes >= enough]
 
 
