@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..analysis import analyse, loop_kinds, loops_bound
 from ..blocks import blocks, is_spatial_block
 from ..decisions import Decider
-from .lanes import vector_lanes
+from .lanes import vector_lanes, vector_registers
 
 UNROLL_STEPS = (0, 16, 64, 512)
 
@@ -21,13 +21,15 @@ class CpuParams:
     max_vectors: int = 4    # widest register tile along the vector axis, in vectors
     max_accumulators: int = 24  # vector registers a register tile may hold
     min_accumulators: int = 4   # fewer cannot hide the latency of the FMA units
+    registers: int = 16     # architectural vector registers (a micro-kernel's budget)
 
     @staticmethod
     def of(task, target) -> "CpuParams":
         """Vector lanes of the task's dtype and the cores of the target (a TargetSpec)."""
         cores = int(target.config.get("num-cores", 1) or 1)
         dtype = task.outputs[-1].dtype if task.outputs else "float32"
-        return CpuParams(lanes=vector_lanes(target, dtype), cores=max(1, cores))
+        return CpuParams(lanes=vector_lanes(target, dtype), cores=max(1, cores),
+                         registers=vector_registers(target))
 
 
 class _Unchecked:

@@ -47,6 +47,16 @@ def _vector_bits(target_key: str) -> int:
     return bits if bits > 0 else 128
 
 
+def vector_registers(target) -> int:
+    """Architectural vector registers of `target`: 32 with AVX-512 (and on AArch64),
+    16 with AVX / AVX2 and SSE."""
+    import json
+
+    config = json.loads(target.key)
+    arm = "aarch64" in str(config.get("mtriple", "")) or "arm" in str(config.get("mcpu", ""))
+    return 32 if arm or _vector_bits(target.key) >= 512 else 16
+
+
 def vector_lanes(target, dtype: str = "float32") -> int:
     """SIMD lanes of `dtype` on `target` (a TargetSpec): 16 fp32 lanes on AVX-512."""
     import tvm

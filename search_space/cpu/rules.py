@@ -17,12 +17,13 @@ from ..decisions import Decider
 from ..sketch import DefaultSketch
 from .common import CpuParams
 from .limits import check_stack
+from .microkernel import microkernel_sketches
 from .reduction import row_sketches
 from .tiling import tile_sketches
 
 # What each sketch family offers a task: f(unscheduled schedule, its blocks' analyses,
 # CpuParams) -> the sketches that fit. A new CPU sketch adds its finder here.
-SKETCH_FINDERS = (tile_sketches, row_sketches)
+SKETCH_FINDERS = (tile_sketches, microkernel_sketches, row_sketches)
 
 
 def _applies(task, sketch) -> bool:

@@ -205,13 +205,13 @@ def _split_and_reorder(sch, block, info, tiles: dict, vec_iter: str):
 _LOCAL_TILE_ELEMS = 16384
 
 
-def _vector_last(sch, block, plan: TilePlan) -> None:
+def vector_last(sch, block, info: BlockAnalysis, vec_iter: str) -> None:
     """Lay the block's (non-argument) output buffer out with the vector axis last, so
     the accumulators are contiguous vectors (conv vectorised over channels)."""
     from tvm.tirx import IndexMap
 
-    dim = plan.info.writes[0].dim_of(plan.vec_iter)
-    ndim = len(plan.info.writes[0].uses)
+    dim = info.writes[0].dim_of(vec_iter)
+    ndim = len(info.writes[0].uses)
     if dim is None or dim == ndim - 1:
         return
 
@@ -251,7 +251,7 @@ def _write_stage(sch, block, decide: Decider, plan: TilePlan, tiles: dict, cores
         small = _tile_elems(plan.info, tiles, level) <= _LOCAL_TILE_ELEMS
         stage = sch.cache_write(block, 0, "local" if small else "global")
     if transposed:
-        _vector_last(sch, block, plan)
+        vector_last(sch, block, plan.info, plan.vec_iter)
     return stage, level
 
 

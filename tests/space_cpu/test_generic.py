@@ -14,9 +14,9 @@ OPS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "generic_
 EXPECTED = {
     "row_sum": ["default", "rows"],
     "relu": ["default", "rows"],
-    "matmul_bias_relu": ["default", "tile", "tile_pack"],
-    "two_matmuls": ["default", "tile", "tile_pack"],
-    "conv_relu": ["default", "tile", "tile_pack"],
+    "matmul_bias_relu": ["default", "microkernel", "tile", "tile_pack"],
+    "two_matmuls": ["default", "microkernel", "tile", "tile_pack"],
+    "conv_relu": ["default", "microkernel", "tile", "tile_pack"],
 }
 
 

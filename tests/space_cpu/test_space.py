@@ -78,7 +78,7 @@ def _first_tile(cand, space):
 @pytest.mark.parametrize("case", ["matmul", "conv2d", "dense_gelu", "batch_matmul"])
 def test_wrong_tile_product_is_invalid(case, target):
     space = small_space(case, target)
-    cand, _ = space.sample(random.Random(3), CASES[case][4][1])
+    cand, _ = space.sample(random.Random(3), "tile_pack")
     name = _first_tile(cand, space)
     bad = list(cand.values()[name])
     bad[0] *= 2

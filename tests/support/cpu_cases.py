@@ -38,18 +38,18 @@ def _dense_gelu(x, w, b):
 # name -> (op file, workload, small arguments, numpy reference, sketches offered)
 CASES = {
     "matmul": ("matmul.py", "matmul", ["M=64", "N=64", "K=48"],
-               lambda a, b: a @ b, ["default", "tile", "tile_pack"]),
+               lambda a, b: a @ b, ["default", "microkernel", "tile", "tile_pack"]),
     "batch_matmul": ("batch_matmul.py", "batch_matmul", ["B=2", "M=32", "N=48", "K=16"],
-                     np.matmul, ["default", "tile", "tile_pack"]),
+                     np.matmul, ["default", "microkernel", "tile", "tile_pack"]),
     "conv2d": ("conv2d.py", "conv2d", ["C=8", "H=10", "W=10", "F=32"],
-               lambda d, w: _conv(d, w, 1), ["default", "tile", "tile_pack"]),
+               lambda d, w: _conv(d, w, 1), ["default", "microkernel", "tile", "tile_pack"]),
     "depthwise_conv2d": ("conv2d.py", "depthwise_conv2d", ["C=32", "H=10", "W=10"],
                          lambda d, w: _conv(d, w, 1, True), ["default", "tile"]),
     "softmax": ("softmax.py", "softmax", ["M=16", "N=64"], _softmax, ["default", "rows"]),
     "layer_norm": ("softmax.py", "layer_norm", ["M=16", "N=48"], _layer_norm,
                    ["default", "rows"]),
     "dense_gelu": ("dense_gelu.py", "dense_bias_gelu", ["M=32", "N=64", "K=32"], _dense_gelu,
-                   ["default", "tile_pack"]),
+                   ["default", "microkernel", "tile_pack"]),
 }
 
 

@@ -1,0 +1,74 @@
+"""Contractions written the way users write them (topi), beyond the examples: the
+micro-kernel rules must fit them by analysis alone."""
+from tvm import te, topi
+
+import autosched
+
+
+def _t(shape, name, dtype):
+    return te.placeholder(shape, name=name, dtype=dtype)
+
+
+@autosched.workload
+def conv1d(C=8, W=30, F=32, dtype="float32"):
+    data, weight = _t((2, C, W), "data", dtype), _t((F, C, 3), "weight", dtype)
+    return data, weight, topi.nn.conv1d_ncw(data, weight, 1, 1, 1)
+
+
+@autosched.workload
+def conv3d(C=4, D=6, H=6, W=8, F=16, dtype="float32"):
+    data, weight = _t((1, C, D, H, W), "data", dtype), _t((F, C, 3, 3, 3), "weight", dtype)
+    return data, weight, topi.nn.conv3d_ncdhw(data, weight, 1, 1, 1, 1)
+
+
+@autosched.workload
+def conv2d_strided(C=8, H=17, W=17, F=32, dtype="float32"):
+    data, weight = _t((1, C, H, W), "data", dtype), _t((F, C, 3, 3), "weight", dtype)
+    return data, weight, topi.nn.conv2d_nchw(data, weight, 2, 1, 1)
+
+
+@autosched.workload
+def conv2d_dilated(C=8, H=12, W=12, F=16, dtype="float32"):
+    data, weight = _t((1, C, H, W), "data", dtype), _t((F, C, 3, 3), "weight", dtype)
+    return data, weight, topi.nn.conv2d_nchw(data, weight, 1, 2, 2)
+
+
+@autosched.workload
+def conv2d_grouped(C=16, H=10, W=10, F=32, G=2, dtype="float32"):
+    data, weight = _t((1, C, H, W), "data", dtype), _t((F, C // G, 3, 3), "weight", dtype)
+    return data, weight, topi.nn.group_conv2d_nchw(data, weight, 1, 1, 1, G)
+
+
+@autosched.workload
+def conv2d_nhwc(C=8, H=10, W=10, F=32, dtype="float32"):
+    data, weight = _t((1, H, W, C), "data", dtype), _t((3, 3, C, F), "weight", dtype)
+    return data, weight, topi.nn.conv2d_nhwc(data, weight, 1, 1, 1)
+
+
+@autosched.workload
+def conv2d_transposed(C=8, H=7, W=7, F=16, dtype="float32"):
+    data, weight = _t((1, C, H, W), "data", dtype), _t((C, F, 4, 4), "weight", dtype)
+    return data, weight, topi.nn.conv2d_transpose_nchw(data, weight, (2, 2), (1, 1), dtype,
+                                                       (0, 0))
+
+
+@autosched.workload
+def conv_bn_relu(C=8, H=8, W=8, F=32, dtype="float32"):
+    data, weight = _t((1, C, H, W), "data", dtype), _t((F, C, 3, 3), "weight", dtype)
+    scale, shift = _t((F,), "scale", dtype), _t((F,), "shift", dtype)
+    conv = topi.nn.conv2d_nchw(data, weight, 1, 1, 1)
+    affine = te.compute(conv.shape, lambda n, f, y, x: conv[n, f, y, x] * scale[f] + shift[f],
+                        name="affine")
+    return data, weight, scale, shift, topi.nn.relu(affine)
+
+
+@autosched.workload
+def attention_scores(H=4, S=40, D=24, dtype="float32"):
+    q, k = _t((H, S, D), "q", dtype), _t((H, S, D), "k", dtype)
+    return q, k, topi.nn.batch_matmul(q, k)
+
+
+@autosched.workload
+def dense_relu(M=33, N=80, K=40, dtype="float32"):
+    x, w = _t((M, K), "x", dtype), _t((N, K), "w", dtype)
+    return x, w, topi.nn.relu(topi.nn.dense(x, w))
