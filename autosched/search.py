@@ -74,11 +74,19 @@ class EvolutionarySearch:
     The best-scored unseen candidates of everything visited are proposed, except an
     `epsilon` share of fresh random samples that keeps the model honest. Nothing in
     `exclude`, and nothing proposed before in this run, is ever proposed.
+
+    Sketches race: each batch first takes the best-scored candidate of every sketch
+    still in the race (up to half the batch), then the best-scored of all. A sketch is
+    in the race until it has `race_trials` measurements in this run and its best is
+    more than `race_margin` times the run's best. Without the race a space whose
+    sketches differ in size lets the model, trained on the first few results, keep
+    mutating the sketch it has seen most and never measure the good decisions of another
+    (a matmul's register-blocked micro-kernels, one measurement in 64).
     """
 
     def __init__(self, cost_model: CostModel, population: int = 64, generations: int = 4,
                  mutation_prob: float = 0.85, epsilon: float = 0.1, elites: int = 8,
-                 tournament: int = 3):
+                 tournament: int = 3, race_trials: int = 4, race_margin: float = 2.0):
         if population < 2 or generations < 0 or not 0 <= epsilon <= 1 or \
                 not 0 <= mutation_prob <= 1:
             raise UserError("evolutionary search: population >= 2, generations >= 0, "
@@ -87,6 +95,8 @@ class EvolutionarySearch:
         self.population, self.generations = int(population), int(generations)
         self.mutation_prob, self.epsilon = float(mutation_prob), float(epsilon)
         self.elites, self.tournament = int(elites), max(1, int(tournament))
+        self.race_trials, self.race_margin = int(race_trials), float(race_margin)
+        self._by_sketch: dict[str, list[float]] = {}  # measured medians of each sketch
         self._seeds: dict[str, Candidate] = {}
         self._best: list[tuple[float, str, Candidate]] = []  # measured, fastest first
         self._proposed: set[str] = set()
@@ -114,8 +124,12 @@ class EvolutionarySearch:
     def update(self, space, candidates, mods, results):
         self.cost_model.update(space.task, candidates, mods, results)
         for cand, res in zip(candidates, results):
+            medians = self._by_sketch.setdefault(cand.sketch, [])
             if res.ok:
                 self._best.append((res.median, cand.key, cand))
+                medians.append(res.median)
+            else:
+                medians.append(float("inf"))
         self._best.sort(key=lambda t: (t[0], t[1]))
         del self._best[self.population:]
 
@@ -165,10 +179,25 @@ class EvolutionarySearch:
             nxt.append(child)
         return nxt
 
+    def in_race(self, sketch: str) -> bool:
+        """Whether `sketch` still gets a measurement in every batch (see the class doc)."""
+        medians = self._by_sketch.get(sketch, [])
+        if len(medians) < self.race_trials or not self._best:
+            return True
+        return min(medians) <= self.race_margin * self._best[0][0]
+
     def _best_unseen(self, space, visited, n, taken, rng) -> list:
         pool = [pair for key, pair in visited.items() if key not in taken]
         if n <= 0 or not pool:
             return []
         scores = self._scores(space, pool, rng)
         order = sorted(range(len(pool)), key=lambda i: -scores[i])
-        return [pool[i] for i in order[:n]]
+        leaders, racing = [], set()
+        for i in order:
+            sketch = pool[i][0].sketch
+            if sketch not in racing and self.in_race(sketch):
+                racing.add(sketch)
+                leaders.append(i)
+        leaders = leaders[: max(1, n // 2)] if len(racing) > 1 else []
+        rest = [i for i in order if i not in set(leaders)]
+        return [pool[i] for i in (leaders + rest)[:n]]
