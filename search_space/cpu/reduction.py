@@ -12,8 +12,15 @@ from ..analysis import BlockAnalysis, loop_kinds
 from ..blocks import blocks
 from ..decisions import Decider
 from ..sketch import Sketch
-from .common import (CpuParams, annotate_unroll, inline_candidates, inline_producers,
-                     unchecked, vector_width, vectorize_inner)
+from .common import (
+    CpuParams,
+    annotate_unroll,
+    inline_candidates,
+    inline_producers,
+    unchecked,
+    vector_width,
+    vectorize_inner,
+)
 
 
 def vector_widths(extent: int, params: CpuParams) -> tuple[int, ...]:
@@ -58,6 +65,10 @@ class RowSketch(Sketch):
         out = self.out
         partials = {p for info in infos if info.is_reduction
                     for p in [self._rfactor(sch, decide, info)] if p is not None}
+        # a reduction of several values at once (the online softmax's lanes of (max,
+        # sum)) that keeps a spatial axis past the row is already a vector of partials
+        partials |= {i.name for i in infos if i.is_reduction and len(i.writes) > 1
+                     and len(i.spatial) > self.depth}
         loops = sch.get_loops(sch.get_sblock(out.name))
         if out.is_spatial:
             width = decide.choice(f"{out.name}.vector", vector_widths(out.iters[-1].extent,
@@ -82,7 +93,8 @@ class RowSketch(Sketch):
         returns the name of the partial-reduction block, or None when not split."""
         block = sch.get_sblock(info.name)
         kinds = loop_kinds(sch, block)
-        if kinds.count("R") != 1 or kinds[-1] != "R":
+        # TVM's rfactor knows single-value reducers only
+        if kinds.count("R") != 1 or kinds[-1] != "R" or len(info.writes) != 1:
             return None
         loop = sch.get_loops(block)[-1]
         extent = int(sch.get(loop).extent)
@@ -99,7 +111,9 @@ class RowSketch(Sketch):
         initialisation hoisted and vectorised."""
         loops = sch.get_loops(block)
         kinds = loop_kinds(sch, block)
-        first = next(i for i, k in enumerate(kinds) if k in "RS" and i > 0)
+        first = next((i for i, k in enumerate(kinds) if k in "RS" and i > 0), None)
+        if first is None:  # rows of one element: nothing to vectorise
+            return
         inner = loops[first:]
         ordered = [lp for lp, k in zip(inner, kinds[first:]) if k == "R"] + \
                   [lp for lp, k in zip(inner, kinds[first:]) if k != "R"]
