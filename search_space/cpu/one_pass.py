@@ -142,10 +142,10 @@ def row_extents(func) -> set[int]:
 
 def one_pass_form(func, width: int):
     """`func` (a PrimFunc) with each pair computed in one pass over `width` lanes (see
-    the module docstring); None when it has no pair or a row does not split into
-    whole `width`-lane steps."""
+    the module docstring); None when it has no pair or a row is shorter than `width`.
+    A row that is no whole number of steps leaves a tail that the fold takes up."""
     pairs = one_pass_pairs(_inlined(func))
-    if not pairs or any(int(p[1].iter_vars[-1].dom.extent) % width for p in pairs):
+    if not pairs or any(int(p[1].iter_vars[-1].dom.extent) < width for p in pairs):
         return None
     func = _inlined(func).mod["main"]
     replace, remove, buffers = {}, set(), []
@@ -212,17 +212,29 @@ def _lane_pass(rows, name, bufs, update, inits, reads, shifted=False):
                   [tirx.BufferStore(b, v, at) for b, v in zip(bufs, inits)])
 
 
-def _fold(rows, name, lanes, outs, combine, inits):
-    """Fold the lanes of `lanes` into the row buffers `outs` with `combine`."""
+def _fold(rows, name, lanes, outs, combine, inits, tail_values=None, reads=()):
+    """Fold the lanes of `lanes` into the row buffers `outs` with `combine`, then the
+    row's tail (the elements past the last whole step), each as the lane values
+    `tail_values(element, k)` gives for its element k. One reduction over
+    width + tail terms, each read in bounds and selected."""
     from tvm import tirx
 
     rows_ = _Rows(rows.first, rows.width)
-    lane = iter_var("v_lane", rows.width, True)
-    at, out = rows_.vars + [lane.var], rows_.vars
-    new = combine([tirx.BufferLoad(b, out) for b in outs],
-                  [tirx.BufferLoad(b, at) for b in lanes])
+    tail = rows.extent % rows.width
+    term = iter_var("v_lane", rows.width + tail, True)
+    width = tirx.const(rows.width, "int32")
+    lane = tirx.min(term.var, width - 1) if tail else term.var
+    at, out = rows_.vars + [lane], rows_.vars
+    values = [tirx.BufferLoad(b, at) for b in lanes]
+    extra = []
+    if tail:
+        k = tirx.const(rows.extent - tail, "int32") + tirx.max(term.var - width, 0)
+        past = tail_values(lambda j: rows_.element(reads, j), k)
+        values = [tirx.Select(term.var < width, v, p) for v, p in zip(values, past)]
+        extra = rows_.reads(k) + rows_.reads(tirx.const(0, "int32"))
+    new = combine([tirx.BufferLoad(b, out) for b in outs], values)
     stores = [tirx.BufferStore(b, v, out) for b, v in reversed(list(zip(outs, new)))]
-    return _block(name, rows_.iters + [lane], [region(b, at) for b in lanes],
+    return _block(name, rows_.iters + [term], [region(b, at) for b in lanes] + extra,
                   [region(b, out) for b in outs], stores,
                   [tirx.BufferStore(b, v, out) for b, v in zip(outs, inits)])
 
@@ -251,7 +263,8 @@ def _softmax_blocks(first, second, width):
                          lambda old, elem, k: _online(old[0], old[1], elem(k), one),
                          [identity, zero], a)
     fold = _fold(rows, first.name_hint, lanes, [m_buf, s_buf],
-                 lambda o, p: _online(o[0], o[1], p[0], p[1]), [identity, zero])
+                 lambda o, p: _online(o[0], o[1], p[0], p[1]), [identity, zero],
+                 lambda elem, k: [elem(k), one], a)
     return [partial, fold], lanes
 
 
@@ -276,7 +289,8 @@ def _moments_blocks(first, second, width, u):
     partial = _lane_pass(rows, f"{t_buf.name}_{q_buf.name}_lanes", lanes, moments,
                          [zero, zero], a, shifted=True)
     fold = _fold(rows, f"{t_buf.name}_{q_buf.name}_shifted", lanes, shifted,
-                 lambda o, p: [o[0] + p[0], o[1] + p[1]], [zero, zero])
+                 lambda o, p: [o[0] + p[0], o[1] + p[1]], [zero, zero],
+                 lambda elem, k: moments([zero, zero], elem, k), a)
     # undo the shift: t = S + N c, q = Q - 2 d S + N d^2 with d = u - c
     n = tirx.const(float(rows.extent), dtype)
     s_, q_ = (tirx.BufferLoad(b, rows.vars) for b in shifted)

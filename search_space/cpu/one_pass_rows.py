@@ -2,8 +2,9 @@
 statistics (softmax's max and sum of exp, layer norm's mean and variance; see
 `one_pass.py`).
 
-The rewrite's lane count is this sketch's first decision (`one_pass.lanes`: the vector
-widths that split the rows into whole steps); the rewritten program is then scheduled
+The rewrite's lane count is this sketch's first decision (`one_pass.lanes`: vector
+widths up to the row length; a row that is no whole number of them leaves a tail the
+rewrite folds in); the rewritten program is then scheduled
 as `rows` schedules any program of row reductions and elementwise stages. Offered to
 every task whose blocks hold such a pair, found by analysis, never by names.
 """
@@ -15,7 +16,7 @@ from ..decisions import Decider
 from ..sketch import Sketch
 from .common import CpuParams
 from .one_pass import one_pass_form, row_extents
-from .reduction import row_sketches, vector_widths
+from .reduction import row_sketches, tail_widths
 
 
 class OnePassRowSketch(Sketch):
@@ -59,6 +60,5 @@ def one_pass_sketches(sch, infos, params: CpuParams) -> list[OnePassRowSketch]:
     extents = row_extents(sch.mod["main"])
     if not extents:
         return []
-    widths = tuple(w for w in vector_widths(min(extents), params)
-                   if all(e % w == 0 for e in extents))
-    return [OnePassRowSketch(sch.mod["main"], widths, params)] if widths else []
+    widths = tail_widths(min(extents), params)
+    return [OnePassRowSketch(sch.mod["main"], widths, params)]

@@ -31,6 +31,27 @@ def vector_widths(extent: int, params: CpuParams) -> tuple[int, ...]:
     return (vector_width(extent, params),)
 
 
+def tail_widths(extent: int, params: CpuParams) -> tuple[int, ...]:
+    """`vector_widths`, then the multiples of the lanes up to `extent` that leave a
+    tail (1000 on 16 lanes): the tail runs as a masked vector or peeled off (a
+    decision, `tail`), never as scalar code."""
+    ragged = tuple(params.lanes * m for m in (1, 2, 4)
+                   if params.lanes * m <= extent and extent % (params.lanes * m))
+    return vector_widths(extent, params) + ragged
+
+
+def split_tail(sch, decide: Decider, loop, width: int, name: str):
+    """Split `loop` into vectors of `width` and vectorise them; a ragged tail is
+    masked (the vector loop runs under a predicate) or peeled into its own shorter
+    vector loop (TVM's loop partitioning), as decided. Returns the outer loop."""
+    extent = int(sch.get(loop).extent)
+    outer, inner = sch.split(loop, [None, width])
+    sch.vectorize(inner)
+    if extent % width and decide.choice(f"{name}.tail", ("masked", "peeled")) == "peeled":
+        sch.annotate(outer, "pragma_loop_partition_hint", 1)
+    return outer
+
+
 def row_depth(infos: list[BlockAnalysis], out: BlockAnalysis) -> int:
     """How many leading loops of the output form the row loop: the spatial loops
     every stage shares (an elementwise output keeps its last loop to vectorise)."""
@@ -71,9 +92,9 @@ class RowSketch(Sketch):
                      and len(i.spatial) > self.depth}
         loops = sch.get_loops(sch.get_sblock(out.name))
         if out.is_spatial:
-            width = decide.choice(f"{out.name}.vector", vector_widths(out.iters[-1].extent,
-                                                                     self.params))
-            sch.vectorize(sch.split(loops[-1], [None, width])[1])
+            width = decide.choice(f"{out.name}.vector", tail_widths(out.iters[-1].extent,
+                                                                   self.params))
+            split_tail(sch, decide, loops[-1], width, out.name)
         row = sch.fuse(*loops[:self.depth]) if self.depth > 1 else loops[0]
         sch.parallel(row)
         stages = [sch.get(b).name_hint for b in blocks(sch)]
