@@ -119,11 +119,12 @@ class RowSketch(Sketch):
             return None
         loop = sch.get_loops(block)[-1]
         extent = int(sch.get(loop).extent)
-        if extent % self.params.lanes:
+        widths = vector_widths(extent, self.params)  # a part vector when no whole fits
+        if widths == (1,):
             return None
-        # always split when whole vectors fit: a scalar float reduction does not
+        # always split when a vector fits: a scalar float reduction does not
         # vectorise (LLVM keeps its order), and was 4-6x slower in every sample
-        width = decide.choice(f"{info.name}.rfactor", vector_widths(extent, self.params))
+        width = decide.choice(f"{info.name}.rfactor", widths)
         inner = sch.split(loop, [None, width])[1]
         return sch.get(sch.rfactor(inner, len(info.writes[0].uses))).name_hint
 

@@ -156,3 +156,18 @@ def test_ragged_rows_stay_vectorised(tail, target):
     got = run_module(mod, target, args, task.outputs[-1])
     want = _softmax(args[0].astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=RTOL * np.abs(want).max())
+
+
+def test_materialising_rows_reduce_ragged_rows_in_vectors(target):
+    """`rows` on 1000-long rows (no whole 16-lane vector divides them) still reduces
+    in vector partials (8 lanes), not in scalar code, and is correct."""
+    import random
+
+    task = _task("softmax", 7, 1000)
+    space = _space(task, target)
+    args = inputs_for(task, seed=6)
+    want = _softmax(args[0].astype(np.float64))
+    cand, mod = space.sample(random.Random(1), "rows")
+    assert cand.values()["row_max.rfactor"] == cand.values()["row_sum.rfactor"] == 8
+    got = run_module(mod, target, args, task.outputs[-1])
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=RTOL * np.abs(want).max())
