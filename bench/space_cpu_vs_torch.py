@@ -1,11 +1,15 @@
 """Best CPU candidates of our space against torch (MKL / oneDNN), side by side.
 
 Takes the JSONL log written by `space_cpu_quality.py --log` (or any JSONL of
-{"task": name, "cand": candidate JSON}), picks each task's best candidate, and
-times it against torch's equivalent op in the same process, alternating the two
-so that load from other jobs hits both alike. Wall-clock, `--threads` threads each.
+{"task": name, "cand": candidate JSON}, or the records `autosched db best --json`
+prints), picks each task's best candidate, and times it against torch's equivalent
+op in the same process, alternating the two so that load from other jobs hits both
+alike. Wall-clock, `--threads` threads each. With `--peak` (a `machine_peak.py
+--out` file) each kernel's bytes moved per second (its arguments read and written
+once) are set against the measured memory bandwidth; `--out` writes the rows as JSON.
 
     PYTHONPATH=. python bench/space_cpu_vs_torch.py LOG.jsonl [--threads 2] [--rounds 7]
+        [--peak bench/results/machine_peak.json] [--out FILE.json]
 """
 from __future__ import annotations
 
@@ -80,13 +84,36 @@ def compare(task, cand, space, target, rounds: int):
     return statistics.median(t_ours), statistics.median(t_torch), t_base, ok
 
 
+def _as_logged(row: dict) -> dict:
+    """A record printed by `autosched db best --json` as a log row; other rows as they are."""
+    if "candidate" not in row:
+        return row
+    args = ",".join(f"{k}={v}" for k, v in row["args"].items())
+    lat = row["result"]["latencies"]
+    return {"task": f"{row['workload']}({args})", "cand": row["candidate"],
+            "ms": statistics.median(lat) * 1e3}
+
+
+def _bytes(task) -> int:
+    """Bytes of the kernel's arguments: each read or written once."""
+    return sum(int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize
+               for t in task.inputs + task.outputs)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("log")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--peak", help="a machine_peak.py --out file: report GB/s against it")
+    ap.add_argument("--out", help="write the rows as JSON here")
     opts = ap.parse_args()
-    print(provenance.header(provenance.stamp(seed=0)), flush=True)  # the inputs' rng
+    stamp = provenance.stamp(seed=0)  # the inputs' rng
+    print(provenance.header(stamp), flush=True)
+    bandwidth = None
+    if opts.peak:
+        with open(opts.peak) as f:
+            bandwidth = json.load(f)["bandwidth_gb_per_s"]
     os.environ["TVM_NUM_THREADS"] = str(opts.threads)
     import torch
 
@@ -98,13 +125,14 @@ def main():
     target = resolve_target("llvm")
     best = {}
     for line in open(opts.log):
-        row = json.loads(line)
+        row = _as_logged(json.loads(line))
         if "provenance" in row:  # the line each space_cpu_quality.py run starts with
             continue
         if "ms" in row and (row["task"] not in best or row["ms"] < best[row["task"]]["ms"]):
             best[row["task"]] = row
         elif "ms" not in row:
             best[row["task"]] = row
+    rows = []
     for name, row in best.items():
         workload, _, rest = name.partition("(")
         items = [kv for kv in rest.rstrip(")").split(",") if kv]
@@ -112,9 +140,21 @@ def main():
         space = generate_space(task, target)
         cand = Candidate.from_json(row["cand"])
         ours, theirs, base, ok = compare(task, cand, space, target, opts.rounds)
+        moved = _bytes(task)
+        rows.append({"task": name, "sketch": cand.sketch, "candidate": cand.to_json(),
+                     "ours_ms": ours, "torch_ms": theirs, "ours_over_torch": ours / theirs,
+                     "unscheduled_ms": base, "matches_torch": bool(ok), "bytes": moved,
+                     "ours_gb_per_s": moved / ours / 1e6, "torch_gb_per_s": moved / theirs / 1e6})
+        rate = ""
+        if bandwidth:
+            rate = (f" | ours {moved / ours / 1e6:.1f} GB/s ({moved / ours / 1e6 / bandwidth:.0%}"
+                    f" of {bandwidth:.1f}), torch {moved / theirs / 1e6:.1f} GB/s")
         print(f"{name}: ours {ours:.3f} ms | torch {theirs:.3f} ms | ours/torch "
               f"{ours / theirs:.2f} | unscheduled {base:.1f} ms | "
-              f"{'matches torch' if ok else 'DIFFERS from torch'} | {cand.sketch}")
+              f"{'matches torch' if ok else 'DIFFERS from torch'} | {cand.sketch}{rate}",
+              flush=True)
+    if opts.out:
+        provenance.write_json(opts.out, {"bandwidth_gb_per_s": bandwidth, "rows": rows}, stamp)
 
 
 if __name__ == "__main__":

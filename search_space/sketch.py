@@ -12,11 +12,18 @@ class Sketch(Protocol):
 
     A sketch with `math_variants` true also schedules the task's fast-math form (see
     `fast_math.py`) when the `fast_math` decision picks it; SearchSpace makes that
-    decision before `apply`, for tasks that call float32 exp or tanh. Rule sets'
-    sketches subclass this class and so inherit the default, False."""
+    decision before `apply`, for programs that call float32 exp or tanh. Rule sets'
+    sketches subclass this class and so inherit the defaults (False; `program` keeps
+    the task's computation)."""
 
     name: str
     math_variants: bool = False
+
+    def program(self, func, decide: Decider):
+        """The computation this sketch schedules: the task's own PrimFunc `func` by
+        default; a sketch may return a rewritten computation of the same outputs (its
+        choice among several forms is a decision, made before `apply`)."""
+        return func
 
     def apply(self, sch, decide: Decider) -> None:  # sch: tvm.s_tir.Schedule
         ...

@@ -32,8 +32,10 @@ class SearchSpace:
         self.sketches: dict[str, Sketch] = {s.name: s for s in rules.sketches(task, target)}
         if not self.sketches:
             raise ValueError(f"no sketch applies to {task.name} on {target.kind}")
-        # the computation with vectorisable float32 exp / tanh, None when it has neither
-        self._fast_func = fast_math_form(task.func)
+        # per computation a sketch schedules (the task's, or a sketch's rewrite of it):
+        # that computation and its form with vectorisable float32 exp / tanh (None
+        # when it has neither), by id; the computation is held so its id stays unique
+        self._fast_forms: dict[int, tuple] = {}
         # Sketches found to make no decision have exactly one candidate; random sampling
         # skips them once seen (the tuner measures the default candidate first anyway).
         self._fixed: set[str] = set()
@@ -51,16 +53,24 @@ class SearchSpace:
         return sch.mod
 
     def _program(self, sketch: Sketch, decide: Decider):
-        """The computation a sketch schedules: the task's own, or for a sketch that takes
-        variants (`math_variants`) and a task that calls float32 exp or tanh, the
-        fast-math form when the `fast_math` decision says so (same blocks, vectorisable
-        exp / tanh)."""
-        if self._fast_func is not None and sketch.math_variants:
-            if decide.choice("fast_math", (False, True)):
-                import tvm
+        """The computation a sketch schedules: the task's own or the sketch's rewrite of
+        it (`Sketch.program`), and for a sketch that takes variants (`math_variants`)
+        and a computation that calls float32 exp or tanh, its fast-math form when the
+        `fast_math` decision says so (same blocks, vectorisable exp / tanh)."""
+        import tvm
 
-                return tvm.IRModule({"main": self._fast_func})
-        return self.task.mod
+        func = sketch.program(self.task.func, decide)
+        if sketch.math_variants:
+            fast = self._fast_form(func)
+            if fast is not None and decide.choice("fast_math", (False, True)):
+                func = fast
+        return tvm.IRModule({"main": func})
+
+    def _fast_form(self, func):
+        known = self._fast_forms.get(id(func))
+        if known is None:
+            known = self._fast_forms[id(func)] = (func, fast_math_form(func))
+        return known[1]
 
     def _sketch(self, name: str) -> Sketch:
         try:

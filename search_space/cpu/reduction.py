@@ -12,8 +12,15 @@ from ..analysis import BlockAnalysis, loop_kinds
 from ..blocks import blocks
 from ..decisions import Decider
 from ..sketch import Sketch
-from .common import (CpuParams, annotate_unroll, inline_candidates, inline_producers,
-                     unchecked, vector_width, vectorize_inner)
+from .common import (
+    CpuParams,
+    annotate_unroll,
+    inline_candidates,
+    inline_producers,
+    unchecked,
+    vector_width,
+    vectorize_inner,
+)
 
 
 def vector_widths(extent: int, params: CpuParams) -> tuple[int, ...]:
@@ -22,6 +29,27 @@ def vector_widths(extent: int, params: CpuParams) -> tuple[int, ...]:
     if widths:
         return widths
     return (vector_width(extent, params),)
+
+
+def tail_widths(extent: int, params: CpuParams) -> tuple[int, ...]:
+    """`vector_widths`, then the multiples of the lanes up to `extent` that leave a
+    tail (1000 on 16 lanes): the tail runs as a masked vector or peeled off (a
+    decision, `tail`), never as scalar code."""
+    ragged = tuple(params.lanes * m for m in (1, 2, 4)
+                   if params.lanes * m <= extent and extent % (params.lanes * m))
+    return vector_widths(extent, params) + ragged
+
+
+def split_tail(sch, decide: Decider, loop, width: int, name: str):
+    """Split `loop` into vectors of `width` and vectorise them; a ragged tail is
+    masked (the vector loop runs under a predicate) or peeled into its own shorter
+    vector loop (TVM's loop partitioning), as decided. Returns the outer loop."""
+    extent = int(sch.get(loop).extent)
+    outer, inner = sch.split(loop, [None, width])
+    sch.vectorize(inner)
+    if extent % width and decide.choice(f"{name}.tail", ("masked", "peeled")) == "peeled":
+        sch.annotate(outer, "pragma_loop_partition_hint", 1)
+    return outer
 
 
 def row_depth(infos: list[BlockAnalysis], out: BlockAnalysis) -> int:
@@ -58,11 +86,15 @@ class RowSketch(Sketch):
         out = self.out
         partials = {p for info in infos if info.is_reduction
                     for p in [self._rfactor(sch, decide, info)] if p is not None}
+        # a reduction of several values at once (the online softmax's lanes of (max,
+        # sum)) that keeps a spatial axis past the row is already a vector of partials
+        partials |= {i.name for i in infos if i.is_reduction and len(i.writes) > 1
+                     and len(i.spatial) > self.depth}
         loops = sch.get_loops(sch.get_sblock(out.name))
         if out.is_spatial:
-            width = decide.choice(f"{out.name}.vector", vector_widths(out.iters[-1].extent,
-                                                                     self.params))
-            sch.vectorize(sch.split(loops[-1], [None, width])[1])
+            width = decide.choice(f"{out.name}.vector", tail_widths(out.iters[-1].extent,
+                                                                   self.params))
+            split_tail(sch, decide, loops[-1], width, out.name)
         row = sch.fuse(*loops[:self.depth]) if self.depth > 1 else loops[0]
         sch.parallel(row)
         stages = [sch.get(b).name_hint for b in blocks(sch)]
@@ -82,15 +114,17 @@ class RowSketch(Sketch):
         returns the name of the partial-reduction block, or None when not split."""
         block = sch.get_sblock(info.name)
         kinds = loop_kinds(sch, block)
-        if kinds.count("R") != 1 or kinds[-1] != "R":
+        # TVM's rfactor knows single-value reducers only
+        if kinds.count("R") != 1 or kinds[-1] != "R" or len(info.writes) != 1:
             return None
         loop = sch.get_loops(block)[-1]
         extent = int(sch.get(loop).extent)
-        if extent % self.params.lanes:
+        widths = vector_widths(extent, self.params)  # a part vector when no whole fits
+        if widths == (1,):
             return None
-        # always split when whole vectors fit: a scalar float reduction does not
+        # always split when a vector fits: a scalar float reduction does not
         # vectorise (LLVM keeps its order), and was 4-6x slower in every sample
-        width = decide.choice(f"{info.name}.rfactor", vector_widths(extent, self.params))
+        width = decide.choice(f"{info.name}.rfactor", widths)
         inner = sch.split(loop, [None, width])[1]
         return sch.get(sch.rfactor(inner, len(info.writes[0].uses))).name_hint
 
@@ -99,7 +133,9 @@ class RowSketch(Sketch):
         initialisation hoisted and vectorised."""
         loops = sch.get_loops(block)
         kinds = loop_kinds(sch, block)
-        first = next(i for i, k in enumerate(kinds) if k in "RS" and i > 0)
+        first = next((i for i, k in enumerate(kinds) if k in "RS" and i > 0), None)
+        if first is None:  # rows of one element: nothing to vectorise
+            return
         inner = loops[first:]
         ordered = [lp for lp, k in zip(inner, kinds[first:]) if k == "R"] + \
                   [lp for lp, k in zip(inner, kinds[first:]) if k != "R"]

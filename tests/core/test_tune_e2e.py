@@ -15,6 +15,7 @@ import pytest
 from autosched.config import TuneConfig
 from autosched.db import open_database
 from autosched.measure import MeasureSettings
+from search_space.sketch import Sketch
 
 SMALL = ["M=64", "N=64", "K=64"]
 FAST = MeasureSettings(number=2, repeat=3, min_repeat_ms=0, build_timeout=60, run_timeout=20)
@@ -131,7 +132,7 @@ def test_cli_prints_the_per_task_table(tmp_path, examples_dir, cli, trials):
     assert list((tmp_path / "logs").glob("tune-*.log"))
 
 
-class _ZerosSketch:
+class _ZerosSketch(Sketch):
     """Test device: a 'schedule' whose kernel writes zeros (fast and wrong)."""
 
     name = "zeros"

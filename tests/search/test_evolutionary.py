@@ -13,6 +13,7 @@ from autosched.search import EvolutionarySearch, RandomSearch
 from autosched.tuner import tune_tasks
 from cost_model import XGBRanker
 from search_space import Candidate
+from search_space.sketch import Sketch
 
 
 def evolutionary(seed: int = 0, **options) -> EvolutionarySearch:
@@ -52,7 +53,7 @@ def test_no_candidate_is_proposed_twice_or_from_exclude(synthetic, matmul_space)
     assert len(proposed) == len(set(proposed)) == 48
 
 
-class _Tiny:
+class _Tiny(Sketch):
     """Twelve candidates: a split of an 8-loop in two and one of three unroll depths."""
 
     name = "tiny"

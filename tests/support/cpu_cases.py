@@ -45,9 +45,10 @@ CASES = {
                lambda d, w: _conv(d, w, 1), ["default", "microkernel", "tile", "tile_pack"]),
     "depthwise_conv2d": ("conv2d.py", "depthwise_conv2d", ["C=32", "H=10", "W=10"],
                          lambda d, w: _conv(d, w, 1, True), ["default", "tile"]),
-    "softmax": ("softmax.py", "softmax", ["M=16", "N=64"], _softmax, ["default", "rows"]),
+    "softmax": ("softmax.py", "softmax", ["M=16", "N=64"], _softmax,
+                ["default", "rows", "rows_one_pass"]),
     "layer_norm": ("softmax.py", "layer_norm", ["M=16", "N=48"], _layer_norm,
-                   ["default", "rows"]),
+                   ["default", "rows", "rows_one_pass"]),
     "dense_gelu": ("dense_gelu.py", "dense_bias_gelu", ["M=32", "N=64", "K=32"], _dense_gelu,
                    ["default", "microkernel", "tile_pack"]),
 }

@@ -18,6 +18,7 @@ from autosched.measure import MeasureResult
 from autosched.target import TargetSpec
 from autosched.workload import WorkloadDef, make_task
 from search_space import SearchSpace
+from search_space.sketch import Sketch
 
 LLVM = TargetSpec("llvm", {"kind": "llvm"}, {"device": "cpu", "model": "test"}, False)
 
@@ -39,7 +40,7 @@ def matmul_task(M=256, N=256, K=256, name="matmul"):
     return make_task(matmul_def(name), {"M": M, "N": N, "K": K})
 
 
-class MatmulTiling:
+class MatmulTiling(Sketch):
     """Multi-level tiling S S R S R S (i, j four levels; k two), with choices of how many
     outer levels run in parallel, vectorisation, unroll depth and cache-write location."""
 

@@ -11,18 +11,17 @@ from __future__ import annotations
 import itertools
 
 from search_space import Candidate, SearchSpace
-from search_space.sketch import DefaultSketch
+from search_space.sketch import DefaultSketch, Sketch
 
 SHAPE = {"M": 64, "N": 64, "K": 64}
 LOG = "tests/data/tiny_matmul.jsonl"
 _SPLITS = tuple((a, 64 // a) for a in (1, 2, 4, 8, 16, 32, 64))
 
 
-class SplitSketch:
+class SplitSketch(Sketch):
     """i0 j0 k i1 j1 with i0 parallel; j1 vectorised and k unrolled by choice."""
 
     name = "split"
-    math_variants = False
 
     def apply(self, sch, decide) -> None:
         block = sch.get_sblock("C")
