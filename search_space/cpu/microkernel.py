@@ -19,11 +19,9 @@ from dataclasses import dataclass, replace
 
 from ..analysis import BlockAnalysis, IterVar, param_buffers
 from ..decisions import Decider
-from ..sketch import Sketch
-from .common import (CpuParams, consumer_chain, finish_root_blocks, fold_chain,
-                     inline_candidates, inline_producers, unchecked, vectorize_inner)
+from .common import CpuParams, consumer_chain, fold_chain, inline_candidates, vectorize_inner
 from .packing import PackPlan, find_pack_plan, pack_operand
-from .tiling import vector_last
+from .tiling import ContractionSketch, vector_last
 
 # The tallest register tile offered (rows of accumulators).
 _MAX_ROWS = 16
@@ -55,26 +53,14 @@ class KernelPlan:
         return next(v for v in self.info.iters if v.name == name)
 
 
-class MicroKernelSketch(Sketch):
+class MicroKernelSketch(ContractionSketch):
     """Every contraction block of the task as a register-blocked micro-kernel; the
     other blocks are inlined, fused, or parallelised and vectorised at the root."""
 
     name = "microkernel"
-    math_variants = True
 
-    def __init__(self, plans: tuple[KernelPlan, ...], inline: tuple[str, ...],
-                 params: CpuParams):
-        self.plans = plans
-        self.inline = inline
-        self.params = params
-
-    def apply(self, sch, decide: Decider) -> None:
-        sch = unchecked(sch)
-        inline_producers(sch, decide, self.inline)
-        done = set()
-        for plan in self.plans:
-            done |= kernel_block(sch, decide, plan, self.params)
-        finish_root_blocks(sch, self.params, done)
+    def schedule_block(self, sch, decide: Decider, plan: KernelPlan) -> set[str]:
+        return kernel_block(sch, decide, plan, self.params)
 
 
 def microkernel_sketches(sch, infos, params: CpuParams) -> list[MicroKernelSketch]:

@@ -40,26 +40,41 @@ class TilePlan:
         return self.info.name
 
 
-class TileSketch(Sketch):
-    """SSRSRS tiling of every contraction block of the task; the rest is inlined,
-    fused, or parallelised and vectorised at the root."""
+class ContractionSketch(Sketch):
+    """A sketch that schedules every contraction block of the task by one plan each
+    (`schedule_block`); the other blocks are inlined, fused, or parallelised and
+    vectorised at the root."""
 
     math_variants = True
 
-    def __init__(self, name: str, plans: tuple[TilePlan, ...], inline: tuple[str, ...],
-                 params: CpuParams):
-        self.name = name
+    def __init__(self, plans: tuple, inline: tuple[str, ...], params: CpuParams):
         self.plans = plans
         self.inline = inline
         self.params = params
+
+    def schedule_block(self, sch, decide: Decider, plan) -> set[str]:
+        """Schedule one planned block; returns the names of the blocks it scheduled."""
+        raise NotImplementedError
 
     def apply(self, sch, decide: Decider) -> None:
         sch = unchecked(sch)
         inline_producers(sch, decide, self.inline)
         done = set()
         for plan in self.plans:
-            done |= tile_block(sch, decide, plan, self.params)
+            done |= self.schedule_block(sch, decide, plan)
         finish_root_blocks(sch, self.params, done)
+
+
+class TileSketch(ContractionSketch):
+    """SSRSRS tiling of every contraction block of the task (see the module doc)."""
+
+    def __init__(self, name: str, plans: tuple[TilePlan, ...], inline: tuple[str, ...],
+                 params: CpuParams):
+        super().__init__(plans, inline, params)
+        self.name = name
+
+    def schedule_block(self, sch, decide: Decider, plan: TilePlan) -> set[str]:
+        return tile_block(sch, decide, plan, self.params)
 
 
 def tile_sketches(sch, infos, params: CpuParams) -> list[TileSketch]:
