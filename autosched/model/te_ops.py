@@ -227,6 +227,18 @@ def gelu_backward(M=64, N=64, approximate="none", dtype="float32"):
     return dy, x, te.compute((M, N), lambda i, j: dy[i, j] * grad(x[i, j]), name="dx")
 
 
+def _zero_pad(x, pad: int, dtype):
+    """x (N, C, *spatial) with `pad` zeros on both sides of every spatial axis."""
+    te = _te()
+    spatial = [int(e) for e in x.shape[2:]]
+
+    def value(n, c, *at):
+        inside = te.all(*[a >= pad for a in at], *[a < e + pad for a, e in zip(at, spatial)])
+        return te.if_then_else(inside, x[(n, c, *[a - pad for a in at])], te.const(0, dtype))
+
+    return te.compute((*x.shape[:2], *[e + 2 * pad for e in spatial]), value, name="x_pad")
+
+
 def conv2d(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1, bias=True, epilogue="none",
            dtype="float32"):
     """NCHW convolution of x (N, C, H, W) with w (K, C, R, S), square stride and padding,
@@ -235,11 +247,7 @@ def conv2d(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1, bias=True, epil
     x = te.placeholder((N, C, H, W), name="x", dtype=dtype)
     w = te.placeholder((K, C, R, S), name="w", dtype=dtype)
     P, Q = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - S) // stride + 1
-    padded = te.compute(
-        (N, C, H + 2 * pad, W + 2 * pad),
-        lambda n, c, h, v: te.if_then_else(
-            te.all(h >= pad, h < H + pad, v >= pad, v < W + pad),
-            x[n, c, h - pad, v - pad], te.const(0, dtype)), name="x_pad")
+    padded = _zero_pad(x, pad, dtype)
     c, r, s = (te.reduce_axis((0, e), name=nm) for e, nm in ((C, "c"), (R, "r"), (S, "s")))
     out = te.compute((N, K, P, Q), lambda n, k, p, q: te.sum(
         padded[n, c, p * stride + r, q * stride + s] * w[k, c, r, s], axis=[c, r, s]),
@@ -266,8 +274,7 @@ def conv1d(N=1, C=8, L=32, K=8, R=3, stride=1, pad=1, bias=True, epilogue="none"
     te = _te()
     x = te.placeholder((N, C, L), name="x", dtype=dtype)
     w = te.placeholder((K, C, R), name="w", dtype=dtype)
-    padded = te.compute((N, C, L + 2 * pad), lambda n, c, v: te.if_then_else(
-        te.all(v >= pad, v < L + pad), x[n, c, v - pad], te.const(0, dtype)), name="x_pad")
+    padded = _zero_pad(x, pad, dtype)
     c, r = te.reduce_axis((0, C), name="c"), te.reduce_axis((0, R), name="r")
     out = te.compute((N, K, _conv_out(L, R, stride, pad)), lambda n, k, q: te.sum(
         padded[n, c, q * stride + r] * w[k, c, r], axis=[c, r]), name="conv")
@@ -306,11 +313,7 @@ def conv2d_grad_weight(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1,
     P, Q = _conv_out(H, R, stride, pad), _conv_out(W, S, stride, pad)
     dy = te.placeholder((N, K, P, Q), name="dy", dtype=dtype)
     x = te.placeholder((N, C, H, W), name="x", dtype=dtype)
-    padded = te.compute(
-        (N, C, H + 2 * pad, W + 2 * pad),
-        lambda n, c, h, v: te.if_then_else(
-            te.all(h >= pad, h < H + pad, v >= pad, v < W + pad),
-            x[n, c, h - pad, v - pad], te.const(0, dtype)), name="x_pad")
+    padded = _zero_pad(x, pad, dtype)
     n, p, q = (te.reduce_axis((0, e), name=nm) for e, nm in ((N, "n"), (P, "p"), (Q, "q")))
     return dy, x, te.compute((K, C, R, S), lambda k, c, r, s: te.sum(
         dy[n, k, p, q] * padded[n, c, p * stride + r, q * stride + s], axis=[n, p, q]),
