@@ -9,6 +9,10 @@ import time
 import numpy as np
 
 TIMING = {"number": 10, "repeat": 5, "min_repeat_ms": 50}
+# TVM's thread pool and torch's OpenMP workers keep spinning for a while after a call: a
+# timing started right after the other runtime ran shares the cores with those spinning
+# threads (a 512 x 768 layer norm timed 9x slower so). Every timing waits this long first.
+SETTLE_S = 0.1
 
 
 def random_args(task, seed: int = 0) -> list[np.ndarray]:
@@ -26,6 +30,7 @@ def time_tvm(mod, target, args: list[np.ndarray]) -> tuple[float, list[np.ndarra
     tensors = [tvm.runtime.tensor(a, dev) for a in args]
     f = lib.jit() if hasattr(lib, "jit") else lib
     timer = f.time_evaluator("main", dev, **TIMING)
+    time.sleep(SETTLE_S)
     result = timer(*tensors)
     return float(np.median(result.results)), [t.numpy() for t in tensors]
 
@@ -79,6 +84,7 @@ def torch_time(fn, inputs, warmup: int = 3, repeats: int = 7, number: int = 10) 
     import torch
 
     torch.set_num_threads(2)
+    time.sleep(SETTLE_S)
     with torch.no_grad():
         for _ in range(warmup):
             fn(*inputs)

@@ -4,7 +4,8 @@ Takes the JSONL log written by `space_cpu_quality.py --log` (or any JSONL of
 {"task": name, "cand": candidate JSON}, or the records `autosched db best --json`
 prints), picks each task's best candidate, and times it against torch's equivalent
 op in the same process, alternating the two so that load from other jobs hits both
-alike. Wall-clock, `--threads` threads each. With `--peak` (a `machine_peak.py
+alike, each batch after a pause that lets the other runtime's spinning workers park.
+Wall-clock, `--threads` threads each. With `--peak` (a `machine_peak.py
 --out` file) each kernel's bytes moved per second (its arguments read and written
 once) are set against the measured memory bandwidth; `--out` writes the rows as JSON.
 
@@ -25,6 +26,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import provenance  # noqa: E402
+from peers import SETTLE_S  # noqa: E402
 
 OPS = {"matmul": "examples/matmul.py", "batch_matmul": "examples/batch_matmul.py",
        "conv2d": "examples/conv2d.py", "depthwise_conv2d": "examples/conv2d.py",
@@ -53,6 +55,8 @@ def torch_op(task, tensors):
 
 
 def _time(fn, calls: int) -> float:
+    time.sleep(SETTLE_S)  # the other runtime's spinning workers park
+    fn()
     t0 = time.perf_counter()
     for _ in range(calls):
         fn()

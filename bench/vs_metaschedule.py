@@ -8,10 +8,12 @@ ratio, the geometric mean, tuning wall time per trial, and writes a tuning-curve
 
     python bench/vs_metaschedule.py --trials 256 --checkpoints 64 [--ops matmul,softmax]
                                     [--db logs/bench.db] [--out bench/results]
+                                    [--no-metaschedule]
 
 `--checkpoints 64` also reports both tuners at 64 trials, read from the same run: the best
 of each tuner's first 64 measured candidates (both tuners' first 64 trials do not depend
-on the total budget), re-timed like the final kernels. `--db` keeps autosched's records
+on the total budget), re-timed like the final kernels. `--no-metaschedule` leaves torch as the only peer (an
+hour less at 256 trials). `--db` keeps autosched's records
 (for bench/cost_model_accuracy.py); by default they go to a temporary database.
 """
 from __future__ import annotations
@@ -60,8 +62,9 @@ def _check(outputs, expected, name):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=name)
 
 
-def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url):
-    """One row per checkpoint (the last is `trials`)."""
+def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url, with_ms=True):
+    """One row per checkpoint (the last is `trials`); without MetaSchedule (`with_ms`
+    False) its fields are None."""
     import torch
 
     task = op.task()
@@ -72,35 +75,47 @@ def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url):
     expected = expected[n_in:]
     ours_mods, ours_wall, ours_curve = tune_autosched(task, trials, strategy, seed, db_url,
                                                       checkpoints)
-    ms_mods, ms_wall, ms_curve = metaschedule(task, tvm_target, trials, seed, checkpoints)
+    ms_mods, ms_wall, ms_curve = (metaschedule(task, tvm_target, trials, seed, checkpoints)
+                                  if with_ms else (None, None, None))
     torch_s = torch_time(torch_fn(op.name, task), [torch.from_numpy(a) for a in args[:n_in]])
     rows = {}
     for k in checkpoints:
         ours_s, out = time_tvm(ours_mods[k], tvm_target, args)
         _check(out[n_in:], expected, f"autosched {op.name} @{k}")
-        ms_s, out = time_tvm(ms_mods[k], tvm_target, args)
-        _check(out[n_in:], expected, f"metaschedule {op.name} @{k}")
+        ms_s = None
+        if with_ms:
+            ms_s, out = time_tvm(ms_mods[k], tvm_target, args)
+            _check(out[n_in:], expected, f"metaschedule {op.name} @{k}")
         rows[k] = {"op": op.name, "task": task.name, "flops": task.flops,
                    "default_s": default_s, "autosched_s": ours_s, "metaschedule_s": ms_s,
-                   "torch_s": torch_s, "ratio": ours_s / ms_s, "autosched_wall_s": ours_wall,
+                   "torch_s": torch_s, "ratio": ms_s and ours_s / ms_s,
+                   "vs_torch": ours_s / torch_s, "autosched_wall_s": ours_wall,
                    "metaschedule_wall_s": ms_wall, "autosched_curve": ours_curve[:k],
-                   "metaschedule_curve": ms_curve[:k], "trials": k, "run_trials": trials}
+                   "metaschedule_curve": ms_curve and ms_curve[:k], "trials": k,
+                   "run_trials": trials}
     return rows
 
 
 def print_table(rows) -> str:
     from autosched.cli.tables import format_table
 
-    body = [(r["op"], f"{r['autosched_s'] * 1e3:.3f}", f"{r['metaschedule_s'] * 1e3:.3f}",
-             f"{r['ratio']:.2f}", f"{r['torch_s'] * 1e3:.3f}", f"{r['default_s'] * 1e3:.2f}",
-             f"{r['autosched_wall_s'] / r['run_trials']:.2f}",
-             f"{r['metaschedule_wall_s'] / r['run_trials']:.2f}") for r in rows]
+    def fmt(x, scale=1.0, digits=2):
+        return "-" if x is None else f"{x * scale:.{digits}f}"
+
+    body = [(r["op"], fmt(r["autosched_s"], 1e3, 3), fmt(r["metaschedule_s"], 1e3, 3),
+             fmt(r["ratio"]), fmt(r["torch_s"], 1e3, 3), fmt(r["vs_torch"]),
+             fmt(r["default_s"], 1e3), fmt(r["autosched_wall_s"] / r["run_trials"]),
+             fmt(r["metaschedule_wall_s"] and r["metaschedule_wall_s"] / r["run_trials"]))
+            for r in rows]
     text = format_table(("op", "autosched ms", "MetaSchedule ms", "ratio", "torch ms",
-                         "default ms", "ours s/trial", "MS s/trial"), body)
-    geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
-    worst = max(rows, key=lambda r: r["ratio"])
-    text += (f"\ngeometric-mean ratio autosched/MetaSchedule: {geo:.3f}   worst: {worst['op']} "
-             f"{worst['ratio']:.2f}   trials per op: {rows[0]['trials']}")
+                         "ours/torch", "default ms", "ours s/trial", "MS s/trial"), body)
+    for key, peer in (("ratio", "MetaSchedule"), ("vs_torch", "torch")):
+        if rows[0][key] is None:
+            continue
+        geo = math.exp(sum(math.log(r[key]) for r in rows) / len(rows))
+        worst = max(rows, key=lambda r: r[key])
+        text += (f"\ngeometric-mean ratio autosched/{peer}: {geo:.3f}   worst: {worst['op']} "
+                 f"{worst[key]:.2f}   trials per op: {rows[0]['trials']}")
     return text
 
 
@@ -115,6 +130,8 @@ def plot(rows, path):
     fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows), squeeze=False)
     for ax, r in zip(axes.flat, rows):
         for key, label in (("autosched_curve", "autosched"), ("metaschedule_curve", "MetaSchedule")):
+            if r[key] is None:
+                continue
             g = [r["flops"] / s / 1e9 if math.isfinite(s) else 0.0 for s in r[key]]
             ax.plot(range(1, len(g) + 1), g, drawstyle="steps-post", label=label)
         ax.axhline(r["flops"] / r["torch_s"] / 1e9, color="gray", ls="--", label="torch")
@@ -139,6 +156,8 @@ def main() -> int:
     p.add_argument("--strategy", default="evolutionary")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="bench/results")
+    p.add_argument("--no-metaschedule", action="store_true",
+                   help="torch as the only peer (files named vs_torch_*)")
     a = p.parse_args()
     stamp = provenance.stamp(seed=a.seed)
     from autosched.target import resolve_target
@@ -155,12 +174,13 @@ def main() -> int:
         for op in [o for o in OPS if o.name in wanted]:
             print(f"== {op.name}", file=sys.stderr, flush=True)
             for k, row in bench_op(op, a.trials, checkpoints, a.strategy, a.seed, target,
-                                   db_url).items():
+                                   db_url, with_ms=not a.no_metaschedule).items():
                 rows[k].append(row)
             for k in checkpoints:
                 print(print_table(rows[k]), file=sys.stderr, flush=True)
     for k in checkpoints:
-        stem = os.path.join(a.out, f"vs_metaschedule_{k}" + (f"_of_{a.trials}" if k != a.trials else ""))
+        name = "vs_torch" if a.no_metaschedule else "vs_metaschedule"
+        stem = os.path.join(a.out, f"{name}_{k}" + (f"_of_{a.trials}" if k != a.trials else ""))
         provenance.write_json(stem + ".json", {"target": target.config,
                                                "hardware": target.fingerprint,
                                                "rows": rows[k]}, stamp, default=_json_default)
