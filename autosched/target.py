@@ -24,6 +24,7 @@ from functools import lru_cache
 
 from .errors import UserError
 from .gpu_info import read_gpu
+from .threads import physical_cores
 
 DEFAULT_CUDA_ARCH = "sm_90"
 KNOWN_KINDS = ("llvm", "cuda")
@@ -73,10 +74,9 @@ def cpu_model() -> str:
 
 
 def _num_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    """The cores kernels run on here: physical ones (`threads.physical_cores`), the size
+    the run workers' and kernel libraries' thread pools get."""
+    return physical_cores()
 
 
 @lru_cache(maxsize=1)

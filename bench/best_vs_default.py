@@ -40,13 +40,13 @@ def main() -> int:
         print(f"no record for {task.name} in {a.db}")
         return 2
     mod = generate_space(task, target).apply(Candidate.from_json(best.candidate))
-    args = random_args(task)
+    args = random_args(task, positive=op.positive)
     n_in = len(task.inputs)
     default_s, ref = time_tvm(task.mod, target.tvm(), args)
     tuned_s, out = time_tvm(mod, target.tvm(), args)
     for got, want in zip(out[n_in:], ref[n_in:]):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
-    torch_s = torch_time(torch_fn(op.name, task), [torch.from_numpy(x) for x in args[:n_in]])
+    torch_s = torch_time(torch_fn(task), [torch.from_numpy(x) for x in args[:n_in]])
     print(f"{task.name}: {trials} records, best sketch {best.candidate['sketch']}")
     print(f"default {default_s * 1e3:.2f} ms | tuned {tuned_s * 1e3:.3f} ms "
           f"({default_s / tuned_s:.1f}x faster, {task.flops / tuned_s / 1e9:.1f} GFLOP/s) | "

@@ -13,6 +13,7 @@ class BenchOp:
     op_file: str
     workload: str
     args: tuple[str, ...] = ()
+    positive: tuple[str, ...] = ()  # inputs drawn positive (a variance)
 
     def task(self):
         from autosched.workload import load_tasks
@@ -30,9 +31,31 @@ OPS = [
     BenchOp("dense_bias_gelu", "dense_gelu.py", "dense_bias_gelu"),
 ]
 
+# A broader set: convolution variants, norms, attention and odd shapes
+# (`vs_metaschedule.py --set broad`).
+BROAD_OPS = [
+    BenchOp("conv1d", "conv_norm_ops.py", "conv1d"),
+    BenchOp("conv3d", "conv_norm_ops.py", "conv3d"),
+    BenchOp("conv2d_grouped", "conv_norm_ops.py", "conv2d_general", ("C=128", "F=128",
+                                                                     "H=28", "W=28", "groups=4")),
+    BenchOp("conv2d_dilated", "conv_norm_ops.py", "conv2d_general", ("pad=2", "dilation=2")),
+    BenchOp("conv2d_strided", "conv_norm_ops.py", "conv2d_general", ("C=64", "F=128",
+                                                                     "stride=2")),
+    BenchOp("conv2d_transpose", "conv_norm_ops.py", "conv2d_transpose"),
+    BenchOp("conv2d_nhwc", "conv_norm_ops.py", "conv2d_nhwc"),
+    BenchOp("conv2d_bn_relu", "conv_norm_ops.py", "conv2d_bn_relu", positive=("var",)),
+    BenchOp("rms_norm", "conv_norm_ops.py", "rms_norm"),
+    BenchOp("layer_norm_512x768", "softmax.py", "layer_norm", ("M=512",)),
+    BenchOp("softmax_777x1000", "softmax.py", "softmax", ("M=777", "N=1000")),
+    BenchOp("attention_values", "batch_matmul.py", "batch_matmul", ("B=48", "M=128", "N=64",
+                                                                    "K=128")),
+    BenchOp("matmul_384x640x768", "matmul.py", "matmul", ("M=384", "N=640", "K=768")),
+]
+SETS = {"examples": OPS, "broad": BROAD_OPS}
+
 
 def op_files() -> list[str]:
-    """The example op files defining the benchmarked operators."""
+    """The example op files defining the benchmarked operators (of the example set)."""
     return sorted({str(EXAMPLES / o.op_file) for o in OPS})
 
 
@@ -53,8 +76,9 @@ def database_groups(db_url: str, report=None) -> list:
         db.close()
 
 
-def torch_fn(name: str, task):
-    """A torch function computing the same operator, and how to build its inputs."""
+def torch_fn(task):
+    """A torch function computing the task's operator from the task's inputs (as torch
+    tensors, in the same order and layout)."""
     import torch
     import torch.nn.functional as F
 
@@ -68,8 +92,21 @@ def torch_fn(name: str, task):
         "softmax": lambda x: torch.softmax(x, dim=1),
         "layer_norm": lambda x, g, b: F.layer_norm(x, (x.shape[-1],), g, b, eps=a.get("eps", 1e-5)),
         "dense_bias_gelu": lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"),
+        "conv1d": lambda x, w: F.conv1d(x, w, stride=a["stride"], padding=a["pad"]),
+        "conv3d": lambda x, w: F.conv3d(x, w, padding=a["pad"]),
+        "conv2d_general": lambda x, w: F.conv2d(x, w, stride=a["stride"], padding=a["pad"],
+                                                dilation=a["dilation"], groups=a["groups"]),
+        "conv2d_transpose": lambda x, w: F.conv_transpose2d(x, w, stride=a["stride"],
+                                                            padding=a["pad"]),
+        # NHWC data and HWIO weights, as the channels-last tensors a user holds
+        "conv2d_nhwc": lambda x, w: F.conv2d(
+            x.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1), padding=a["pad"]
+        ).permute(0, 2, 3, 1),
+        "conv2d_bn_relu": lambda x, w, mean, var, g, b: F.relu(F.batch_norm(
+            F.conv2d(x, w, padding=a["pad"]), mean, var, g, b, False, 0.0, a["eps"])),
+        "rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, a["eps"]),
     }
-    return fns[name]
+    return fns[task.workload]
 
 
 def recorded(db_url: str, task_key: str) -> list:

@@ -8,6 +8,12 @@ import time
 
 import numpy as np
 
+from autosched.threads import size_kernel_pool
+
+# TVM kernels timed here (and MetaSchedule's, in runners that inherit this environment)
+# run on every core, as torch does and as autosched's run workers do.
+size_kernel_pool()
+
 TIMING = {"number": 10, "repeat": 5, "min_repeat_ms": 50}
 # TVM's thread pool and torch's OpenMP workers keep spinning for a while after a call: a
 # timing started right after the other runtime ran shares the cores with those spinning
@@ -15,9 +21,12 @@ TIMING = {"number": 10, "repeat": 5, "min_repeat_ms": 50}
 SETTLE_S = 0.1
 
 
-def random_args(task, seed: int = 0) -> list[np.ndarray]:
+def random_args(task, seed: int = 0, positive=()) -> list[np.ndarray]:
+    """Inputs uniform in [-1, 1) (those named in `positive` in [0.5, 1.5)), zeroed
+    outputs."""
     rng = np.random.default_rng(seed)
-    return [rng.uniform(-1, 1, s.shape).astype(s.dtype) for s in task.inputs] + \
+    return [rng.uniform(*((0.5, 1.5) if s.name in positive else (-1, 1)), s.shape)
+            .astype(s.dtype) for s in task.inputs] + \
            [np.zeros(s.shape, s.dtype) for s in task.outputs]
 
 

@@ -5,8 +5,11 @@ target with the same number of trials, time both best kernels with the same meth
 (`time_evaluator`, number=10, repeat=5, min_repeat_ms=50, median), check both against
 numpy, and time torch and the default (unscheduled) build. Prints per-op latency, the
 ratio, the geometric mean, tuning wall time per trial, and writes a tuning-curve PNG.
+For each of autosched's kernels it counts the stack loads and stores (register spills)
+in the hot loop of LLVM's assembly (autosched.measure.asm: the innermost loop with the
+most FMAs) next to that loop's FMAs.
 
-    python bench/vs_metaschedule.py --trials 256 --checkpoints 64 [--ops matmul,softmax]
+    python bench/vs_metaschedule.py --trials 256 --checkpoints 64 [--set broad] [--ops matmul,softmax]
                                     [--db logs/bench.db] [--out bench/results]
                                     [--no-metaschedule]
 
@@ -28,13 +31,13 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import provenance  # noqa: E402
-from ops import OPS, best_so_far, recorded, torch_fn  # noqa: E402
+from ops import SETS, best_so_far, recorded, torch_fn  # noqa: E402
 from peers import metaschedule, random_args, time_tvm, torch_time  # noqa: E402
 
 
 def tune_autosched(task, trials: int, strategy: str, seed: int, url: str, checkpoints):
-    """Tune; returns ({trials: best module within the first trials}, wall seconds,
-    best-latency curve per trial)."""
+    """Tune; returns ({trials: (best module within the first trials, its candidate)},
+    wall seconds, best-latency curve per trial)."""
     from search_space import Candidate, generate_space
 
     from autosched.config import TuneConfig
@@ -48,10 +51,8 @@ def tune_autosched(task, trials: int, strategy: str, seed: int, url: str, checkp
     wall = time.perf_counter() - start
     records = recorded(url, task.key)[before:]
     space = generate_space(task, result.target)
-    mods = {}
-    for k in checkpoints:
-        pick = min(records[:k], key=lambda r: r.latency)
-        mods[k] = space.apply(Candidate.from_json(pick.candidate))
+    picks = {k: min(records[:k], key=lambda r: r.latency).candidate for k in checkpoints}
+    mods = {k: (space.apply(Candidate.from_json(c)), c) for k, c in picks.items()}
     return mods, wall, best_so_far(records)
 
 
@@ -69,7 +70,7 @@ def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url, with_
 
     task = op.task()
     tvm_target = target_spec.tvm()
-    args = random_args(task, seed)
+    args = random_args(task, seed, op.positive)
     n_in = len(task.inputs)
     default_s, expected = time_tvm(task.mod, tvm_target, args)
     expected = expected[n_in:]
@@ -77,16 +78,19 @@ def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url, with_
                                                       checkpoints)
     ms_mods, ms_wall, ms_curve = (metaschedule(task, tvm_target, trials, seed, checkpoints)
                                   if with_ms else (None, None, None))
-    torch_s = torch_time(torch_fn(op.name, task), [torch.from_numpy(a) for a in args[:n_in]])
+    torch_s = torch_time(torch_fn(task), [torch.from_numpy(a) for a in args[:n_in]])
     rows = {}
     for k in checkpoints:
-        ours_s, out = time_tvm(ours_mods[k], tvm_target, args)
+        ours_mod, ours_cand = ours_mods[k]
+        ours_s, out = time_tvm(ours_mod, tvm_target, args)
         _check(out[n_in:], expected, f"autosched {op.name} @{k}")
         ms_s = None
         if with_ms:
             ms_s, out = time_tvm(ms_mods[k], tvm_target, args)
             _check(out[n_in:], expected, f"metaschedule {op.name} @{k}")
         rows[k] = {"op": op.name, "task": task.name, "flops": task.flops,
+                   "autosched_candidate": ours_cand,
+                   "hot_loop": hot_loop_report(ours_mod, target_spec),
                    "default_s": default_s, "autosched_s": ours_s, "metaschedule_s": ms_s,
                    "torch_s": torch_s, "ratio": ms_s and ours_s / ms_s,
                    "vs_torch": ours_s / torch_s, "autosched_wall_s": ours_wall,
@@ -94,6 +98,17 @@ def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url, with_
                    "metaschedule_curve": ms_curve and ms_curve[:k], "trials": k,
                    "run_trials": trials}
     return rows
+
+
+def hot_loop_report(mod, target_spec) -> dict | None:
+    """The kernel's hot loop (its innermost loop with the most FMAs) in LLVM's assembly:
+    FMAs, instructions and stack loads / stores (register spills); None without FMAs."""
+    from dataclasses import asdict
+
+    from autosched.measure.asm import hot_loop, kernel_asm
+
+    loop = hot_loop(kernel_asm(mod, target_spec))
+    return None if loop is None else {**asdict(loop), "spills": loop.spills}
 
 
 def print_table(rows) -> str:
@@ -105,10 +120,13 @@ def print_table(rows) -> str:
     body = [(r["op"], fmt(r["autosched_s"], 1e3, 3), fmt(r["metaschedule_s"], 1e3, 3),
              fmt(r["ratio"]), fmt(r["torch_s"], 1e3, 3), fmt(r["vs_torch"]),
              fmt(r["default_s"], 1e3), fmt(r["autosched_wall_s"] / r["run_trials"]),
-             fmt(r["metaschedule_wall_s"] and r["metaschedule_wall_s"] / r["run_trials"]))
+             fmt(r["metaschedule_wall_s"] and r["metaschedule_wall_s"] / r["run_trials"]),
+             "-" if r["hot_loop"] is None else f"{r['hot_loop']['spills']}"
+                                               f"/{r['hot_loop']['fmas']}")
             for r in rows]
     text = format_table(("op", "autosched ms", "MetaSchedule ms", "ratio", "torch ms",
-                         "ours/torch", "default ms", "ours s/trial", "MS s/trial"), body)
+                         "ours/torch", "default ms", "ours s/trial", "MS s/trial",
+                         "spills/FMAs"), body)
     for key, peer in (("ratio", "MetaSchedule"), ("vs_torch", "torch")):
         if rows[0][key] is None:
             continue
@@ -152,7 +170,10 @@ def main() -> int:
     p.add_argument("--checkpoints", default="",
                    help="comma-separated smaller budgets read from the same run")
     p.add_argument("--db", default="", help="SQLite file that keeps autosched's records")
-    p.add_argument("--ops", default=",".join(o.name for o in OPS))
+    p.add_argument("--set", default="examples", choices=sorted(SETS),
+                   help="examples: the 7 example operators; broad: convolution variants, "
+                        "norms, attention and odd shapes (bench/ops.py)")
+    p.add_argument("--ops", default="", help="comma-separated names of the set (default all)")
     p.add_argument("--strategy", default="evolutionary")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="bench/results")
@@ -164,14 +185,17 @@ def main() -> int:
 
     target = resolve_target("llvm")
     os.makedirs(a.out, exist_ok=True)
-    wanted = a.ops.split(",")
+    ops = SETS[a.set]
+    wanted = a.ops.split(",") if a.ops else [o.name for o in ops]
+    if unknown := sorted(set(wanted) - {o.name for o in ops}):
+        p.error(f"--ops: not in the {a.set} set: {unknown}")
     checkpoints = sorted({int(c) for c in a.checkpoints.split(",") if c} | {a.trials})
     if checkpoints[0] < 1 or checkpoints[-1] > a.trials:
         p.error("checkpoints must lie between 1 and --trials")
     with tempfile.TemporaryDirectory() as tmp:
         db_url = f"sqlite:///{os.path.abspath(a.db or os.path.join(tmp, 'bench.db'))}"
         rows: dict[int, list] = {k: [] for k in checkpoints}
-        for op in [o for o in OPS if o.name in wanted]:
+        for op in [o for o in ops if o.name in wanted]:
             print(f"== {op.name}", file=sys.stderr, flush=True)
             for k, row in bench_op(op, a.trials, checkpoints, a.strategy, a.seed, target,
                                    db_url, with_ms=not a.no_metaschedule).items():
@@ -179,7 +203,8 @@ def main() -> int:
             for k in checkpoints:
                 print(print_table(rows[k]), file=sys.stderr, flush=True)
     for k in checkpoints:
-        name = "vs_torch" if a.no_metaschedule else "vs_metaschedule"
+        name = ("vs_torch" if a.no_metaschedule else "vs_metaschedule") + \
+            ("" if a.set == "examples" else f"_{a.set}")
         stem = os.path.join(a.out, f"{name}_{k}" + (f"_of_{a.trials}" if k != a.trials else ""))
         provenance.write_json(stem + ".json", {"target": target.config,
                                                "hardware": target.fingerprint,

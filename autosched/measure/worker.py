@@ -31,6 +31,7 @@ import time
 import weakref
 
 from ..errors import InfrastructureError
+from ..threads import kernel_thread_env
 
 # The roles a child can serve: role -> "module:function" taking and returning a dict.
 HANDLERS = {
@@ -211,8 +212,9 @@ class WorkerProcess:
 
 def _child_env() -> dict:
     """The parent's environment, with the directory holding our package first on the
-    path so the child imports the same autosched as the parent."""
-    env = dict(os.environ)
+    path so the child imports the same autosched as the parent, and the kernel thread
+    pool sized to the machine's cores (`threads.kernel_thread_env`)."""
+    env = kernel_thread_env(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"

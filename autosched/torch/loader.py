@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import tvm_runtime
 from ..errors import InfrastructureError
+from ..threads import size_kernel_pool
 from .errors import LibraryError
 from .manifest import Manifest
 
@@ -81,6 +82,7 @@ def load_kernels(manifest: Manifest):
     path = manifest.library_path
     if not path.is_file():
         raise LibraryError(f"{manifest.directory}: {manifest.library} is missing")
+    size_kernel_pool()  # before the first kernel starts the pool
     _load_tvm_runtime()
     if manifest.device_type == "cuda":
         check_device_code(manifest)
