@@ -22,6 +22,7 @@ hour less at 256 trials). `--db` keeps autosched's records
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -89,6 +90,7 @@ def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url, with_
             ms_s, out = time_tvm(ms_mods[k], tvm_target, args)
             _check(out[n_in:], expected, f"metaschedule {op.name} @{k}")
         rows[k] = {"op": op.name, "task": task.name, "flops": task.flops,
+                   "bytes": sum(a.nbytes for a in args),
                    "autosched_candidate": ours_cand,
                    "hot_loop": hot_loop_report(ours_mod, target_spec),
                    "default_s": default_s, "autosched_s": ours_s, "metaschedule_s": ms_s,
@@ -109,6 +111,21 @@ def hot_loop_report(mod, target_spec) -> dict | None:
 
     loop = hot_loop(kernel_asm(mod, target_spec))
     return None if loop is None else {**asdict(loop), "spills": loop.spills}
+
+
+def rates(rows, peak: dict) -> str:
+    """Each autosched kernel's GFLOP/s and bytes per second (its arguments read and
+    written once) against the machine's measured limits (a machine_peak.py file)."""
+    from autosched.cli.tables import format_table
+
+    fma, bw = peak["fma_peak_gflops"], peak["bandwidth_gb_per_s"]
+    body = []
+    for r in rows:
+        gflops, gbs = r["flops"] / r["autosched_s"] / 1e9, r["bytes"] / r["autosched_s"] / 1e9
+        body.append((r["op"], f"{gflops:.1f}", f"{gflops / fma:.0%}", f"{gbs:.1f}",
+                     f"{gbs / bw:.0%}"))
+    return format_table(("op", "GFLOP/s", f"of {fma:.0f} peak", "GB/s",
+                         f"of {bw:.1f} GB/s"), body)
 
 
 def print_table(rows) -> str:
@@ -177,6 +194,8 @@ def main() -> int:
     p.add_argument("--strategy", default="evolutionary")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="bench/results")
+    p.add_argument("--peak", help="a machine_peak.py --out file: report each kernel's "
+                                  "GFLOP/s and GB/s against it")
     p.add_argument("--no-metaschedule", action="store_true",
                    help="torch as the only peer (files named vs_torch_*)")
     a = p.parse_args()
@@ -185,6 +204,11 @@ def main() -> int:
 
     target = resolve_target("llvm")
     os.makedirs(a.out, exist_ok=True)
+    peak = None
+    if a.peak:
+        with open(a.peak) as f:
+            full = json.load(f)
+        peak = {k: full[k] for k in ("fma_peak_gflops", "bandwidth_gb_per_s")}
     ops = SETS[a.set]
     wanted = a.ops.split(",") if a.ops else [o.name for o in ops]
     if unknown := sorted(set(wanted) - {o.name for o in ops}):
@@ -208,10 +232,13 @@ def main() -> int:
         stem = os.path.join(a.out, f"{name}_{k}" + (f"_of_{a.trials}" if k != a.trials else ""))
         provenance.write_json(stem + ".json", {"target": target.config,
                                                "hardware": target.fingerprint,
-                                               "rows": rows[k]}, stamp, default=_json_default)
+                                               "peak": peak, "rows": rows[k]}, stamp,
+                              default=_json_default)
         plot(rows[k], stem + ".png")
         provenance.write_sidecar(stem + ".png", stamp)
         print(print_table(rows[k]))
+        if peak:
+            print(rates(rows[k], peak))
         print(f"wrote {stem}.json and {stem}.png")
     return 0
 
