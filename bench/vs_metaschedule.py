@@ -216,30 +216,33 @@ def main() -> int:
     checkpoints = sorted({int(c) for c in a.checkpoints.split(",") if c} | {a.trials})
     if checkpoints[0] < 1 or checkpoints[-1] > a.trials:
         p.error("checkpoints must lie between 1 and --trials")
+    name = ("vs_torch" if a.no_metaschedule else "vs_metaschedule") + \
+        ("" if a.set == "examples" else f"_{a.set}")
+    chosen = [o for o in ops if o.name in wanted]
     with tempfile.TemporaryDirectory() as tmp:
         db_url = f"sqlite:///{os.path.abspath(a.db or os.path.join(tmp, 'bench.db'))}"
         rows: dict[int, list] = {k: [] for k in checkpoints}
-        for op in [o for o in ops if o.name in wanted]:
+        for done, op in enumerate(chosen, 1):
             print(f"== {op.name}", file=sys.stderr, flush=True)
             for k, row in bench_op(op, a.trials, checkpoints, a.strategy, a.seed, target,
                                    db_url, with_ms=not a.no_metaschedule).items():
                 rows[k].append(row)
+            # written after every operator: a run cut short keeps what it measured
             for k in checkpoints:
+                stem = os.path.join(a.out, f"{name}_{k}" +
+                                    (f"_of_{a.trials}" if k != a.trials else ""))
+                provenance.write_json(
+                    stem + ".json", {"target": target.config, "hardware": target.fingerprint,
+                                     "peak": peak, "complete": done == len(chosen),
+                                     "rows": rows[k]}, stamp, default=_json_default)
+                plot(rows[k], stem + ".png")
+                provenance.write_sidecar(stem + ".png", stamp)
                 print(print_table(rows[k]), file=sys.stderr, flush=True)
     for k in checkpoints:
-        name = ("vs_torch" if a.no_metaschedule else "vs_metaschedule") + \
-            ("" if a.set == "examples" else f"_{a.set}")
-        stem = os.path.join(a.out, f"{name}_{k}" + (f"_of_{a.trials}" if k != a.trials else ""))
-        provenance.write_json(stem + ".json", {"target": target.config,
-                                               "hardware": target.fingerprint,
-                                               "peak": peak, "rows": rows[k]}, stamp,
-                              default=_json_default)
-        plot(rows[k], stem + ".png")
-        provenance.write_sidecar(stem + ".png", stamp)
         print(print_table(rows[k]))
         if peak:
             print(rates(rows[k], peak))
-        print(f"wrote {stem}.json and {stem}.png")
+    print(f"wrote {a.out}/{name}_*.json and .png")
     return 0
 
 
