@@ -7,18 +7,18 @@ import autosched
 
 
 def _padded(data, pads):
-    """`data` zero-padded by pads[d] on both sides of each trailing axis d (the first two
-    axes, batch and channels, unpadded)."""
+    """`data` zero-padded by pads[d] on both sides of axis d (pads: one per axis)."""
     shape = [int(s) for s in data.shape]
-    lead = len(shape) - len(pads)
-    out_shape = shape[:lead] + [s + 2 * p for s, p in zip(shape[lead:], pads)]
+    if not any(pads):
+        return data
 
     def element(*idx):
-        inside = [te.all(i >= p, i < s + p) for i, s, p in zip(idx[lead:], shape[lead:], pads)]
-        src = list(idx[:lead]) + [i - p for i, p in zip(idx[lead:], pads)]
-        return te.if_then_else(te.all(*inside), data[tuple(src)], te.const(0.0, data.dtype))
+        inside = te.all(*[te.all(i >= p, i < s + p)
+                          for i, s, p in zip(idx, shape, pads) if p])
+        src = tuple(i - p for i, p in zip(idx, pads))
+        return te.if_then_else(inside, data[src], te.const(0.0, data.dtype))
 
-    return te.compute(out_shape, element, name="pad")
+    return te.compute([s + 2 * p for s, p in zip(shape, pads)], element, name="pad")
 
 
 def _out(size, kernel, stride, pad, dilation=1):
@@ -29,7 +29,7 @@ def _out(size, kernel, stride, pad, dilation=1):
 def conv1d(N=4, C=64, L=512, F=128, R=5, stride=1, pad=2, dtype="float32"):
     data = te.placeholder((N, C, L), name="data", dtype=dtype)
     weight = te.placeholder((F, C, R), name="weight", dtype=dtype)
-    padded = _padded(data, (pad,))
+    padded = _padded(data, (0, 0, pad))
     c = te.reduce_axis((0, C), name="c")
     r = te.reduce_axis((0, R), name="r")
     out = te.compute(
@@ -43,7 +43,7 @@ def conv1d(N=4, C=64, L=512, F=128, R=5, stride=1, pad=2, dtype="float32"):
 def conv3d(N=1, C=32, D=16, H=28, W=28, F=32, R=3, pad=1, dtype="float32"):
     data = te.placeholder((N, C, D, H, W), name="data", dtype=dtype)
     weight = te.placeholder((F, C, R, R, R), name="weight", dtype=dtype)
-    padded = _padded(data, (pad, pad, pad))
+    padded = _padded(data, (0, 0, pad, pad, pad))
     c = te.reduce_axis((0, C), name="c")
     rz, ry, rx = (te.reduce_axis((0, R), name=n) for n in ("rz", "ry", "rx"))
     out = te.compute(
@@ -62,7 +62,7 @@ def conv2d_general(N=1, C=64, H=56, W=56, F=64, R=3, stride=1, pad=1, dilation=1
     cg, fg = C // groups, F // groups
     data = te.placeholder((N, C, H, W), name="data", dtype=dtype)
     weight = te.placeholder((F, cg, R, R), name="weight", dtype=dtype)
-    padded = _padded(data, (pad, pad))
+    padded = _padded(data, (0, 0, pad, pad))
     c = te.reduce_axis((0, cg), name="c")
     r = te.reduce_axis((0, R), name="r")
     s = te.reduce_axis((0, R), name="s")
@@ -109,12 +109,7 @@ def conv2d_nhwc(N=1, H=56, W=56, C=64, F=64, R=3, pad=1, dtype="float32"):
     """NHWC convolution, weight HWIO (R, R, C, F)."""
     data = te.placeholder((N, H, W, C), name="data", dtype=dtype)
     weight = te.placeholder((R, R, C, F), name="weight", dtype=dtype)
-    padded = te.compute(
-        (N, H + 2 * pad, W + 2 * pad, C),
-        lambda n, y, x, ch: te.if_then_else(
-            te.all(y >= pad, y < H + pad, x >= pad, x < W + pad),
-            data[n, y - pad, x - pad, ch], te.const(0.0, dtype)),
-        name="pad")
+    padded = _padded(data, (0, pad, pad, 0))
     c = te.reduce_axis((0, C), name="c")
     r = te.reduce_axis((0, R), name="r")
     s = te.reduce_axis((0, R), name="s")
@@ -136,7 +131,7 @@ def conv2d_bn_relu(N=1, C=64, H=56, W=56, F=64, R=3, pad=1, eps=1e-5, dtype="flo
     var = te.placeholder((F,), name="var", dtype=dtype)
     gamma = te.placeholder((F,), name="gamma", dtype=dtype)
     beta = te.placeholder((F,), name="beta", dtype=dtype)
-    padded = _padded(data, (pad, pad))
+    padded = _padded(data, (0, 0, pad, pad))
     c = te.reduce_axis((0, C), name="c")
     r = te.reduce_axis((0, R), name="r")
     s = te.reduce_axis((0, R), name="s")
