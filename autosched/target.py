@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from .errors import UserError
 from .gpu_info import read_gpu
-from .threads import physical_cores
+from .threads import machine_cores
 
 DEFAULT_CUDA_ARCH = "sm_90"
 KNOWN_KINDS = ("llvm", "cuda")
@@ -74,9 +74,9 @@ def cpu_model() -> str:
 
 
 def _num_cores() -> int:
-    """The cores kernels run on here: physical ones (`threads.physical_cores`), the size
+    """The cores kernels run on here: physical ones (`threads.machine_cores`), the size
     the run workers' and kernel libraries' thread pools get."""
-    return physical_cores()
+    return machine_cores()
 
 
 @lru_cache(maxsize=1)

@@ -15,6 +15,7 @@ process's before a kernel library is loaded.
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 POOL_SIZE_VARS = ("TVM_NUM_THREADS", "OMP_NUM_THREADS")  # what TVM's pool reads, in order
@@ -44,16 +45,27 @@ def physical_cores(topology: Path = _TOPOLOGY, cpus: list[int] | None = None) ->
     return len(cores) or len(cpus)
 
 
+@lru_cache(maxsize=1)
+def machine_cores() -> int:
+    """`physical_cores()` of this process, read once (every target resolution and
+    worker start asks)."""
+    return physical_cores()
+
+
+def _pool_size(env) -> dict:
+    """{variable: value} that sizes the pool, or {} where `env` already chooses a size."""
+    if any(env.get(v) for v in POOL_SIZE_VARS):
+        return {}
+    return {POOL_SIZE_VARS[0]: str(machine_cores())}
+
+
 def kernel_thread_env(env: dict) -> dict:
     """`env` with the kernel pool sized to this machine's physical cores, unless it
     already chooses a size."""
-    if any(env.get(v) for v in POOL_SIZE_VARS):
-        return dict(env)
-    return {**env, POOL_SIZE_VARS[0]: str(physical_cores())}
+    return {**env, **_pool_size(env)}
 
 
 def size_kernel_pool() -> None:
     """Size this process's kernel pool (see `kernel_thread_env`); takes effect if no
     parallel kernel has run in this process yet."""
-    if not any(os.environ.get(v) for v in POOL_SIZE_VARS):
-        os.environ[POOL_SIZE_VARS[0]] = str(physical_cores())
+    os.environ.update(_pool_size(os.environ))

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from autosched.threads import size_kernel_pool
+from autosched.threads import machine_cores, size_kernel_pool
 
 # TVM kernels timed here (and MetaSchedule's, in runners that inherit this environment)
 # run on every core, as torch does and as autosched's run workers do.
@@ -89,10 +89,11 @@ def _replay(mod, improving_records):
 
 
 def torch_time(fn, inputs, warmup: int = 3, repeats: int = 7, number: int = 10) -> float:
-    """Median seconds per call of a torch function (2 threads, after warm-up)."""
+    """Median seconds per call of a torch function (a thread per core, as the TVM
+    kernels get; after warm-up)."""
     import torch
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(machine_cores())
     time.sleep(SETTLE_S)
     with torch.no_grad():
         for _ in range(warmup):

@@ -94,7 +94,7 @@ def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url, with_
                    "autosched_candidate": ours_cand,
                    "hot_loop": hot_loop_report(ours_mod, target_spec),
                    "default_s": default_s, "autosched_s": ours_s, "metaschedule_s": ms_s,
-                   "torch_s": torch_s, "ratio": ms_s and ours_s / ms_s,
+                   "torch_s": torch_s, "ratio": None if ms_s is None else ours_s / ms_s,
                    "vs_torch": ours_s / torch_s, "autosched_wall_s": ours_wall,
                    "metaschedule_wall_s": ms_wall, "autosched_curve": ours_curve[:k],
                    "metaschedule_curve": ms_curve and ms_curve[:k], "trials": k,
