@@ -7,9 +7,13 @@ reinterpretation, so a vectorised loop stays vectorised:
 
 * exp(x) = 2^k * p(r), k = round(x / ln 2), r = x - k ln 2 (ln 2 in two parts, so r is
   exact), |r| <= ln(2)/2 and p the degree-7 Taylor polynomial of e^r (remainder below
-  6e-9). 2^k is built in the exponent bits. Below -86.6 the result is 0 (the true value
-  is under 2.4e-38), above ln(FLT_MAX) = 88.7228 it is +inf, NaN stays NaN. Relative
-  error in between: 7.5e-8 measured, 2e-7 tested (the C library's expf: 6e-8).
+  6e-9). 2^k is built in the exponent bits. x is first clamped to [-87, 89], and the
+  ends of that range need no test of their own: at -87 the exponent field is 0, so the
+  result is exactly 0 (for every x below -86.99, where the true value is under 1.8e-38);
+  at 89 the product overflows to +inf (as it does for every x above ln(FLT_MAX) =
+  88.7228). The clamps keep a NaN, and NaN in is NaN out. 17 vector instructions on
+  AVX-512, no compare or blend. Relative error in between: 7.5e-8 measured, 2e-7
+  tested (the C library's expf: 6e-8).
 * tanh(x) = x - x^3/3 + 2x^5/15 - 17x^7/315 + 62x^9/2835 for |x| < 0.3, else
   sign(x) (1 - 2 / (1 + exp(2|x|))): relative error 2.5e-7 measured, 1e-6 tested.
 
@@ -28,7 +32,7 @@ from .tir import expr_dtype
 _LOG2E = 1.4426950408889634
 _LN2_HI = 0.693145751953125            # 11 significant bits: k * _LN2_HI is exact
 _LN2_LO = 1.4286068203094172e-06       # ln 2 - _LN2_HI
-_EXP_LO, _EXP_HI = -86.6, 88.72283     # 2^(k-1) stays a normal float in between
+_EXP_LO, _EXP_HI = -87.0, 89.0   # k = -126 (2^(k-1) has exponent field 0), k = 128 (overflows)
 _TANH_SMALL = 0.3
 _TANH_SERIES = (1.0, -1.0 / 3, 2.0 / 15, -17.0 / 315, 62.0 / 2835)
 
@@ -40,23 +44,28 @@ def _f32(v):
     return tirx.const(v, "float32")
 
 
+def _clamp(x, lo: float, hi: float):
+    """x limited to [lo, hi], a NaN kept: each bound is taken only when a comparison
+    with x holds, and every comparison with NaN fails (one min and one max on x86)."""
+    from tvm import tirx
+
+    high = tirx.Select(_f32(hi) < x, _f32(hi), x)
+    return tirx.Select(high < _f32(lo), _f32(lo), high)
+
+
 def fast_exp(x):
     """e^x for a float32 expression, as vectorisable arithmetic."""
     from tvm import tirx
 
-    xc = tirx.max(tirx.min(x, _f32(_EXP_HI)), _f32(_EXP_LO))
+    xc = _clamp(x, _EXP_LO, _EXP_HI)
     k = tirx.floor(xc * _f32(_LOG2E) + _f32(0.5))
     r = xc - k * _f32(_LN2_HI) - k * _f32(_LN2_LO)
-    p = _f32(1.0 / math.factorial(7))
+    # p = 2 e^r: the coefficients carry the factor 2 of 2^k = 2^(k-1) * 2 (exact)
+    p = _f32(2.0 / math.factorial(7))
     for n in range(6, -1, -1):
-        p = p * r + _f32(1.0 / math.factorial(n))
+        p = p * r + _f32(2.0 / math.factorial(n))
     bits = (k.astype("int32") + tirx.const(126, "int32")) << tirx.const(23, "int32")
-    scaled = p * tirx.reinterpret("float32", bits) * _f32(2.0)    # 2^k = 2^(k-1) * 2
-    out = tirx.Select(x < _f32(_EXP_LO), _f32(0.0), scaled)
-    # `HI < x` is what te.create_prim_func makes of `x > HI`: written so, the rewrite
-    # gives exactly the function of a workload that calls fast_exp itself
-    out = tirx.Select(_f32(_EXP_HI) < x, _f32(math.inf), out)
-    return tirx.Select(tirx.isnan(x), x, out)                      # NaN in, NaN out
+    return p * tirx.reinterpret("float32", bits)
 
 
 def fast_tanh(x):

@@ -9,7 +9,7 @@ from .decisions import Decider, InvalidCandidate
 from .fast_math import fast_math_form
 from .sketch import RuleSet, Sketch
 
-SPACE_VERSION = "5"
+SPACE_VERSION = "6"
 _MAX_SAMPLE_TRIES = 32
 
 
