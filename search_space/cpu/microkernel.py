@@ -191,7 +191,7 @@ def kernel_block(sch, decide: Decider, plan: KernelPlan, params: CpuParams) -> s
     if plan.row_pack is not None and decide.choice(f"{p}.pack_rows", (False, True)):
         _pack(sch, block, plan.row_pack, mr)
     write = _write_stage(sch, block, plan, padded)
-    loops = _split(sch, block, decide, plan, mr, nr)
+    loops = _split(sch, block, decide, plan, mr, nr, params)
     sch.reorder(*loops["outer"], *loops["panels"], *loops["reduce"], *loops["tile"])
     sch.reverse_compute_at(write, loops["panels"][-1])
     _parallelise(sch, loops, plan, params)
@@ -203,7 +203,8 @@ def kernel_block(sch, decide: Decider, plan: KernelPlan, params: CpuParams) -> s
     return {p, sch.get(write).name_hint}
 
 
-def _split(sch, block, decide: Decider, plan: KernelPlan, mr: int, nr: int) -> dict:
+def _split(sch, block, decide: Decider, plan: KernelPlan, mr: int, nr: int,
+           params: CpuParams) -> dict:
     """Split the row and vector axes into blocks, panels and the register tile, and
     the innermost reduction loop by the unroll factor; the loops grouped by level."""
     p, info = plan.block, plan.info
@@ -213,7 +214,9 @@ def _split(sch, block, decide: Decider, plan: KernelPlan, mr: int, nr: int) -> d
         if iv.name in (plan.row, plan.pack.iter):
             tile = mr if iv.name == plan.row else nr
             panels = decide.tile(f"{p}.{iv.name}.panels", extent // tile, 2, extent // tile)
-            parts[iv.name] = sch.split(loop, [*panels, tile])
+            # NR as NR / lanes registers (see `_vectorise_tile`)
+            inner = [tile] if iv.name == plan.row else [nr // params.lanes, params.lanes]
+            parts[iv.name] = sch.split(loop, [*panels, *inner])
         elif iv.kind == "S":
             outer.append(loop)
         else:
@@ -228,7 +231,7 @@ def _split(sch, block, decide: Decider, plan: KernelPlan, mr: int, nr: int) -> d
     i, j = parts[plan.row], parts[plan.pack.iter]
     panels = [j[1], i[1]] if decide.choice(f"{p}.rows_inner", (True, False)) else [i[1], j[1]]
     return {"outer": outer + [i[0], j[0]], "panels": panels, "reduce": reduce,
-            "tile": [i[2], j[2]], "unroll": reduce[-1] if live and unroll > 1 else None}
+            "tile": [i[2], *j[2:]], "unroll": reduce[-1] if live and unroll > 1 else None}
 
 
 def _parallelise(sch, loops: dict, plan: KernelPlan, params: CpuParams) -> None:
@@ -247,17 +250,20 @@ def _parallelise(sch, loops: dict, plan: KernelPlan, params: CpuParams) -> None:
 
 
 def _vectorise_tile(sch, block, loops: dict | None) -> None:
-    """Vectorise the tile's NR axis (LLVM splits it into registers), unroll its MR rows
-    and the reduction's unrolled loop. `loops` None: the block's last two loops (an
-    init stage)."""
+    """Vectorise the tile's NR axis one register at a time (NR / lanes unrolled vectors
+    of the lanes: LLVM widens a vector of 3, 5, 6 or 7 registers to the next power of
+    two, and 8 x 48 then spilled 420 times per step), unroll its MR rows and the
+    reduction's unrolled loop. `loops` None: the block's last three loops (an init
+    stage)."""
     if loops is None:
-        tile = sch.get_loops(block)[-2:]
+        tile = sch.get_loops(block)[-3:]
         unroll = None
     else:
         tile, unroll = loops["tile"], loops["unroll"]
     sch.vectorize(tile[-1])
-    if _extent(sch, tile[:1]) > 1:
-        sch.unroll(tile[0])
+    for loop in tile[:-1]:
+        if _extent(sch, [loop]) > 1:
+            sch.unroll(loop)
     if unroll is not None:
         sch.unroll(unroll)
 

@@ -15,7 +15,7 @@ from ..decisions import Decider, divisors
 from ..sketch import Sketch
 from .common import (CpuParams, annotate_unroll, consumer_chain, finish_root_blocks,
                      fold_chain, inline_candidates, inline_producers, unchecked, vector_tile,
-                     vectorize_inner)
+                     vectorize_inner, vectorize_registers)
 from .packing import PackPlan, find_pack_plan, pack_operand
 
 # Reductions up to this many steps in all are never blocked for the caches.
@@ -286,7 +286,7 @@ def tile_block(sch, decide: Decider, plan: TilePlan, params: CpuParams) -> set:
         sch.reverse_compute_at(write, anchor)
     outer = _parallelise(sch, s_groups, level, params)
     if tiles.get(plan.vec_iter, (1,))[-1] > 1:
-        sch.vectorize(s_groups[3][-1])
+        vectorize_registers(sch, s_groups[3][-1], params.lanes)
     reduce_loops = r_groups[0] + r_groups[1]
     if reduce_loops:
         init = sch.decompose_reduction(block, reduce_loops[0])

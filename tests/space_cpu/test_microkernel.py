@@ -146,6 +146,30 @@ def test_hot_loop_of_a_register_tile_has_no_spills(target):
         assert loop.spills == 0, loop
 
 
+def test_every_offered_register_tile_stays_in_registers(target):
+    """Every tile the rule offers, three-register-wide ones included (N = 192 is a
+    whole number of 3-vector tiles on AVX2 and AVX-512), keeps its accumulators in
+    registers: the NR axis is vectorised one register at a time."""
+    from tvm import s_tir
+
+    from autosched.measure.asm import hot_loop, kernel_asm
+    from search_space import Decider, generate_space
+    from search_space.cpu.microkernel import register_tiles
+
+    task = _example("matmul.py", "matmul", ["M=96", "N=192", "K=64"])
+    sketch = generate_space(task, target).sketches["microkernel"]
+    lanes = sketch.params.lanes
+    tiles = register_tiles(sketch.plans[0], sketch.params)
+    assert any(nr == 3 * lanes for _, nr in tiles), tiles
+    for mr, nr in tiles:
+        sch = s_tir.Schedule(task.mod)
+        fixed = {"C.register_tile": (mr, nr), "C.k_unroll": 4, "C.pack_rows": False}
+        sketch.apply(sch, Decider(fixed, rng=random.Random(0), strict=False))
+        loop = hot_loop(kernel_asm(sch.mod, target))
+        assert loop is not None and loop.fmas >= mr * nr // lanes, (mr, nr, loop)
+        assert loop.spills == 0, (mr, nr, loop)
+
+
 def test_a_register_tile_too_big_for_the_registers_spills(target):
     """A hand-made 16 x (8 vectors) accumulator tile: 128 vectors cannot stay in
     registers, and the counter sees the stack traffic in the hot loop."""
