@@ -100,16 +100,33 @@ class BlockAnalysis:
         return self.is_reduction and not self.is_contraction
 
 
-def _access(region, index: int, names: set) -> Access:
+def _access(region, index: int, names: set, analyzer) -> Access:
+    """What each dimension's index uses, simplified over the iter vars' domains first:
+    a grouped convolution written for any `groups` indexes channels by
+    f // (F / groups) * (C / groups) + c, which for one group does not depend on f."""
     from tvm.tirx.analysis import undefined_vars
 
     uses, exact = [], []
     for rng in region.region:
-        used = frozenset(v.name for v in undefined_vars(rng.min) if v.name in names)
+        index_expr = analyzer.simplify(rng.min)
+        used = frozenset(v.name for v in undefined_vars(index_expr) if v.name in names)
         uses.append(used)
-        is_var = type(rng.min).__name__ == "Var" and _const(rng.extent) and int(rng.extent) == 1
-        exact.append(rng.min.name if is_var and rng.min.name in names else None)
+        is_var = type(index_expr).__name__ == "Var" and _const(rng.extent) and int(rng.extent) == 1
+        exact.append(index_expr.name if is_var and index_expr.name in names else None)
     return Access(region.source.name, index, tuple(uses), tuple(exact))
+
+
+def _domains(block):
+    """An arithmetic analyzer that knows the range of every iter var of `block` that
+    takes more than one value (one of extent 1 stays a variable: a batch of one still
+    indexes its dimension)."""
+    import tvm
+
+    analyzer = tvm.sym.Analyzer()
+    for iv in block.iter_vars:
+        if not _const(iv.dom.extent) or int(iv.dom.extent) > 1:
+            analyzer.bind(iv.var, iv.dom)
+    return analyzer
 
 
 def _const(expr) -> bool:
@@ -161,8 +178,9 @@ def analyse(sch, block) -> BlockAnalysis:
     iters = tuple(IterVar(iv.var.name, kinds.get(int(iv.iter_type), "O"), int(iv.dom.extent))
                   for iv in stmt.iter_vars)
     names = {v.name for v in iters}
-    reads = tuple(_access(r, i, names) for i, r in enumerate(stmt.reads))
-    writes = tuple(_access(w, i, names) for i, w in enumerate(stmt.writes))
+    analyzer = _domains(stmt)
+    reads = tuple(_access(r, i, names, analyzer) for i, r in enumerate(stmt.reads))
+    writes = tuple(_access(w, i, names, analyzer) for i, w in enumerate(stmt.writes))
     return BlockAnalysis(stmt.name_hint, iters, reads, writes,
                          _loops_bound(sch, block, stmt), stmt.name_hint in output_names(sch))
 

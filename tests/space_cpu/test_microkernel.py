@@ -244,3 +244,14 @@ def test_which_user_contractions_get_the_kernel(target):
 @pytest.mark.parametrize("name", OFFERED)
 def test_user_contractions_equal_the_unscheduled_program(name, target):
     _check(_task(CONTRACTIONS, name), target, 2, seed=5)
+
+
+def test_a_grouped_convolution_of_one_group_gets_the_kernel(target):
+    """Written for any number of groups, the data's channel index is
+    f // (F / G) * (C / G) + c: with G = 1 it does not depend on f over f's range, the
+    analysis sees a plain convolution, and the kernel computes it exactly."""
+    from search_space import generate_space
+
+    task = _task(CONTRACTIONS, "conv2d_grouped", ["G=1"])
+    assert "microkernel" in generate_space(task, target).sketches
+    _check(task, target, 2, seed=3)
