@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from ..blocks import blocks
 from ..tir import expr_dtype
+from .reciprocal import reciprocal_form
 from .tir_build import (
     is_load,
     iter_var,
@@ -156,23 +157,7 @@ def one_pass_form(func, width: int):
         replace[first.name_hint] = stmts
         remove.add(second.name_hint)
         buffers += bufs
-    sums = [p[2].writes[0].source for p in pairs if p[0] == "softmax"]
-    return _reciprocal(splice(func, replace, remove, buffers), sums)
-
-
-def _reciprocal(func, buffers):
-    """`func` with x / b[row] for the `buffers` (a row's sum) as x * (1 / b[row]): the
-    reciprocal is row-invariant and hoisted out of the vector loop, where a division
-    per element costs ten times a multiplication (the results differ by rounding)."""
-    import tvm_ffi
-    from tvm import tirx
-
-    def swap(div):
-        if is_load(div.b) and any(div.b.source.same_as(b) for b in buffers):
-            return div.a * (tirx.const(1.0, expr_dtype(div.b)) / div.b)
-        return div
-
-    return tvm_ffi.structural_map(func, ((tirx.Div, swap),)) if buffers else func
+    return reciprocal_form(splice(func, replace, remove, buffers))
 
 
 class _Rows:

@@ -12,6 +12,7 @@ from ..analysis import BlockAnalysis, loop_kinds
 from ..blocks import blocks
 from ..decisions import Decider
 from ..sketch import Sketch
+from .reciprocal import reciprocal_form
 from .common import (
     CpuParams,
     annotate_unroll,
@@ -78,6 +79,10 @@ class RowSketch(Sketch):
         self.params = params
         self.out = next(i for i in infos if i.is_output)
         self.depth = row_depth(list(infos), self.out)
+
+    def program(self, func, decide: Decider):
+        """Divisions by a row's statistic as multiplications by its reciprocal."""
+        return reciprocal_form(func)
 
     def apply(self, sch, decide: Decider) -> None:
         sch = unchecked(sch)
