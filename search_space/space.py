@@ -11,6 +11,9 @@ from .sketch import RuleSet, Sketch
 
 SPACE_VERSION = "6"
 _MAX_SAMPLE_TRIES = 32
+# Decision specs kept per candidate (a candidate's specs never change: replay is
+# deterministic); the search mutates the same parents again and again.
+_SPECS_KEPT = 4096
 
 
 def _rule_sets() -> dict[str, RuleSet]:
@@ -36,6 +39,8 @@ class SearchSpace:
         # that computation and its form with vectorisable float32 exp / tanh (None
         # when it has neither), by id; the computation is held so its id stays unique
         self._fast_forms: dict[int, tuple] = {}
+        # the decision specs of candidates made or replayed here, oldest first
+        self._specs: dict[Candidate, dict] = {}
         # Sketches found to make no decision have exactly one candidate; random sampling
         # skips them once seen (the tuner measures the default candidate first anyway).
         self._fixed: set[str] = set()
@@ -101,7 +106,7 @@ class SearchSpace:
                 continue
             if not decide.made:
                 self._fixed.add(name)
-            return Candidate.make(name, decide.made), mod
+            return self._made(name, decide), mod
         raise InvalidCandidate(f"could not sample a valid schedule: {last}")
 
     def _sampled_sketches(self) -> list[str]:
@@ -110,9 +115,22 @@ class SearchSpace:
 
     def decision_specs(self, cand: Candidate) -> dict:
         """The spec of every decision the candidate's sketch makes."""
-        decide = Decider(cand.values(), strict=True)
-        self._schedule(self._sketch(cand.sketch), decide)
-        return decide.specs
+        specs = self._specs.get(cand)
+        if specs is None:
+            decide = Decider(cand.values(), strict=True)
+            self._schedule(self._sketch(cand.sketch), decide)
+            self._made(cand.sketch, decide)
+            specs = decide.specs
+        return specs
+
+    def _made(self, sketch: str, decide: Decider) -> Candidate:
+        """The candidate a schedule's decisions make; its specs are kept for
+        `decision_specs` (a mutation of it then needs no replay)."""
+        cand = Candidate.make(sketch, decide.made)
+        self._specs[cand] = decide.specs
+        while len(self._specs) > _SPECS_KEPT:
+            del self._specs[next(iter(self._specs))]
+        return cand
 
     def mutate(self, cand: Candidate, rng: random.Random) -> tuple[Candidate, object]:
         """Change one decision (the sketch stays); later decisions that no longer fit
@@ -151,7 +169,7 @@ class SearchSpace:
         """Replay `values`, sampling a decision wherever a value is missing or refused."""
         decide = Decider(values, rng=rng, strict=False)
         mod = self._schedule(self._sketch(sketch), decide)
-        return Candidate.make(sketch, decide.made), mod
+        return self._made(sketch, decide), mod
 
     def check(self, mod) -> str | None:
         """None when the module fits the target's limits, else why not."""
