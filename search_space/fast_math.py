@@ -44,12 +44,19 @@ def _f32(v):
     return tirx.const(v, "float32")
 
 
-def _clamp(x, lo: float, hi: float):
-    """x limited to [lo, hi], a NaN kept: each bound is taken only when a comparison
-    with x holds, and every comparison with NaN fails (one min and one max on x86)."""
+def _at_most(x, hi: float):
+    """min(x, hi) with a NaN kept: the bound is taken only when `hi < x` holds, and
+    every comparison with NaN fails (one vector min on x86)."""
     from tvm import tirx
 
-    high = tirx.Select(_f32(hi) < x, _f32(hi), x)
+    return tirx.Select(_f32(hi) < x, _f32(hi), x)
+
+
+def _clamp(x, lo: float, hi: float):
+    """x limited to [lo, hi], a NaN kept (see `_at_most`)."""
+    from tvm import tirx
+
+    high = _at_most(x, hi)
     return tirx.Select(high < _f32(lo), _f32(lo), high)
 
 
@@ -78,11 +85,13 @@ def fast_tanh(x):
     for coef in reversed(_TANH_SERIES[:-1]):
         series = series * x2 + _f32(coef)
     small = x * series
-    e2x = fast_exp(_f32(2.0) * tirx.min(ax, _f32(20.0)))
+    # A NaN flows through every step: the bound and `fast_exp` keep it, and both
+    # selects then take their second arm (no `isnan`: TVM cannot vectorise that call,
+    # and a loop holding one is scalarised whole)
+    e2x = fast_exp(_f32(2.0) * _at_most(ax, 20.0))
     large = _f32(1.0) - _f32(2.0) / (_f32(1.0) + e2x)
     signed = tirx.Select(x < _f32(0.0), -large, large)
-    out = tirx.Select(ax < _f32(_TANH_SMALL), small, signed)
-    return tirx.Select(tirx.isnan(x), x, out)
+    return tirx.Select(ax < _f32(_TANH_SMALL), small, signed)
 
 
 _FAST_FORMS = {"tirx.exp": fast_exp, "tirx.tanh": fast_tanh}

@@ -74,6 +74,28 @@ def test_fast_tanh_relative_error_and_special_values(target):
     assert np.isnan(s[18])
 
 
+@pytest.mark.parametrize("fn", [fast_exp, fast_tanh], ids=["exp", "tanh"])
+def test_the_fast_forms_stay_vectorised(fn, target):
+    """TVM's VectorizeLoop scalarises a loop whose body it cannot widen (an `isnan`
+    call once made every GELU epilogue a scalar loop, unrolled into its tile)."""
+    import tvm
+    from tvm import s_tir, te, tirx
+
+    a = te.placeholder((64, 128), name="a")
+    b = te.compute((64, 128), lambda i, j: fn(a[i, j]), name="b")
+    sch = s_tir.Schedule(te.create_prim_func([a, b]))
+    _, j = sch.get_loops(sch.get_sblock("b"))
+    sch.vectorize(sch.split(j, [None, 32])[1])
+    lower = tvm.transform.Sequential([
+        s_tir.transform.LowerInitBlock(), s_tir.transform.ConvertBlocksToOpaque(),
+        s_tir.transform.LowerOpaqueBlock(), tirx.transform.FlattenBuffer(),
+        tirx.transform.VectorizeLoop()])
+    with target.tvm():
+        text = lower(sch.mod).script()
+    assert "_s in range" not in text and "T.vectorized" not in text
+    assert "float32x32" in text
+
+
 def _library() -> tuple:
     from tvm import te, tirx
 
