@@ -15,7 +15,10 @@ if TYPE_CHECKING:  # annotations only: measurement data must not import the comp
 class MeasureSettings:
     """How candidates are built and timed. Stored with every record (provenance)."""
 
-    number: int = 5            # calls per repeat
+    # calls per repeat: one, since `min_repeat_ms` grows it for any kernel faster than
+    # that; five made every repeat of a slow candidate (a 0.4 s default matmul) run five
+    # times, 7 s of the first round
+    number: int = 1
     repeat: int = 3            # repeats; the median of these is the latency
     min_repeat_ms: int = 20    # grow `number` until one repeat takes this long
     warmup: int = 1            # untimed calls before timing
