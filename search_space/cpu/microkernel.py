@@ -25,6 +25,9 @@ from .tiling import ContractionSketch, vector_last
 
 # The tallest register tile offered (rows of accumulators).
 _MAX_ROWS = 16
+# On a 16-register (AVX2) target a 9-row tile spilled once per step on Zen 3 (its row
+# addresses and counters outgrow the general-purpose registers): at most 8 rows there.
+_MAX_ROWS_16_REGISTERS = 8
 # Below this many multiply-adds per core the parallel runtime costs more than it saves.
 _PARALLEL_WORK = 1 << 15
 # Reduction unroll factors offered (those dividing the innermost reduction loop).
@@ -125,12 +128,13 @@ def register_tiles(plan: KernelPlan, params: CpuParams) -> list[tuple[int, int]]
     divide the extents only when padding is possible and wastes little."""
     rows, cols = plan.iter(plan.row).extent, plan.iter(plan.pack.iter).extent
     lanes, regs = params.lanes, params.registers
+    tallest = _MAX_ROWS if regs > 16 else _MAX_ROWS_16_REGISTERS
     out = []
     for vectors in range(1, params.max_vectors + 1):
         nr = vectors * lanes
         if not _fits(cols, nr, plan.paddable, lanes - 1):
             continue
-        for mr in range(1, min(rows, _MAX_ROWS) + 1):
+        for mr in range(1, min(rows, tallest) + 1):
             if mr * vectors + vectors + 1 > regs:
                 break
             if _fits(rows, mr, plan.paddable, 0):
