@@ -22,6 +22,14 @@ reinterpretation, so a vectorised loop stays vectorised:
 schedule decision (`fast_math`) while the task (its key and reference) stays the exact
 computation. Other dtypes keep the library functions. Nothing outside the function is
 touched: `te.exp`, `tirx.exp` and the rest stay what they are.
+
+Every value a form uses more than once (its argument, the clamped x, k, r, |x|) is bound
+once by a TIR `Let`. Written as a tree instead, one tanh holds about 400 copies of its
+argument, a GELU epilogue's store grows to ~60K characters, UnrollLoop copies it per
+unrolled element, and TVM's TIR passes then spent seconds per candidate on it (11 s a
+trial for dense + bias + GELU). A Let's body uses the variable, so no Let node is
+ever duplicated by a form; a call occurring twice is rewritten once per occurrence,
+each with its own variables.
 """
 from __future__ import annotations
 
@@ -52,21 +60,42 @@ def _at_most(x, hi: float):
     return tirx.Select(_f32(hi) < x, _f32(hi), x)
 
 
-def _clamp(x, lo: float, hi: float):
-    """x limited to [lo, hi], a NaN kept (see `_at_most`)."""
+def _bound(value, name: str, body):
+    """`body(v)` with `v` bound to `value` by a TIR Let: a value used several times is
+    one node, not a copy per use (a variable or a constant is used as it is)."""
     from tvm import tirx
 
-    high = _at_most(x, hi)
-    return tirx.Select(high < _f32(lo), _f32(lo), high)
+    if isinstance(value, (tirx.Var, tirx.FloatImm, tirx.IntImm)):
+        return body(value)
+    var = tirx.Var(name, expr_dtype(value))
+    return tirx.Let(var, value, body(var))
+
+
+def _clamp(x, lo: float, hi: float, body):
+    """`body` of x limited to [lo, hi], a NaN kept (see `_at_most`)."""
+    from tvm import tirx
+
+    return _bound(x, "x", lambda x: _bound(
+        _at_most(x, hi), "high",
+        lambda high: _bound(tirx.Select(high < _f32(lo), _f32(lo), high), "clamped", body)))
 
 
 def fast_exp(x):
     """e^x for a float32 expression, as vectorisable arithmetic."""
     from tvm import tirx
 
-    xc = _clamp(x, _EXP_LO, _EXP_HI)
-    k = tirx.floor(xc * _f32(_LOG2E) + _f32(0.5))
-    r = xc - k * _f32(_LN2_HI) - k * _f32(_LN2_LO)
+    def rounded(xc):
+        k = tirx.floor(xc * _f32(_LOG2E) + _f32(0.5))
+        return _bound(k, "k", lambda k: _bound(
+            xc - k * _f32(_LN2_HI) - k * _f32(_LN2_LO), "r", lambda r: _scaled_exp(k, r)))
+
+    return _clamp(x, _EXP_LO, _EXP_HI, rounded)
+
+
+def _scaled_exp(k, r):
+    """2^k e^r for k = round(x / ln 2) and r = x - k ln 2."""
+    from tvm import tirx
+
     # p = 2 e^r: the coefficients carry the factor 2 of 2^k = 2^(k-1) * 2 (exact)
     p = _f32(2.0 / math.factorial(7))
     for n in range(6, -1, -1):
@@ -79,7 +108,13 @@ def fast_tanh(x):
     """tanh(x) for a float32 expression, as vectorisable arithmetic."""
     from tvm import tirx
 
-    ax = tirx.abs(x)
+    return _bound(x, "x", lambda x: _bound(tirx.abs(x), "ax", lambda ax: _tanh(x, ax)))
+
+
+def _tanh(x, ax):
+    """tanh of the variable x, whose absolute value is the variable ax."""
+    from tvm import tirx
+
     x2 = x * x
     series = _f32(_TANH_SERIES[-1])
     for coef in reversed(_TANH_SERIES[:-1]):
@@ -89,8 +124,8 @@ def fast_tanh(x):
     # selects then take their second arm (no `isnan`: TVM cannot vectorise that call,
     # and a loop holding one is scalarised whole)
     e2x = fast_exp(_f32(2.0) * _at_most(ax, 20.0))
-    large = _f32(1.0) - _f32(2.0) / (_f32(1.0) + e2x)
-    signed = tirx.Select(x < _f32(0.0), -large, large)
+    signed = _bound(_f32(1.0) - _f32(2.0) / (_f32(1.0) + e2x), "large",
+                    lambda large: tirx.Select(x < _f32(0.0), -large, large))
     return tirx.Select(ax < _f32(_TANH_SMALL), small, signed)
 
 

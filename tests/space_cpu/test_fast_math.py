@@ -153,6 +153,40 @@ def test_the_rewrite_is_the_computation_written_with_the_fast_forms():
                                     _softmax_func(fast_tanh))
 
 
+def _loads_of_the_input(fn) -> int:
+    """BufferLoads of the input in the fast form of y[i] = fn(x[i] * 2), counted as a
+    tree (a node reached twice counts twice, as TVM's passes expand it)."""
+    from tvm import te
+
+    from search_space.cpu.tir_build import is_load
+    from search_space.tir import iter_nodes
+
+    x = te.placeholder((8,), name="x")
+    y = te.compute((8,), lambda i: fn(x[i] * te.const(2.0, "float32")), name="y")
+    fast = fast_math_form(te.create_prim_func([x, y]))
+    return sum(1 for n in iter_nodes(fast.body)
+               if is_load(n) and n.source.name == "x")
+
+
+def _user_expression(name: str, v):
+    from tvm import te
+
+    if name == "exp_of_tanh":
+        return te.exp(te.tanh(v))
+    if name == "shared_exp":                      # one exp node used twice
+        e = te.exp(v)
+        return e / (e + te.const(1.0, "float32"))
+    return getattr(te, name)(v)
+
+
+@pytest.mark.parametrize("name, calls", [("exp", 1), ("tanh", 1), ("exp_of_tanh", 1),
+                                         ("shared_exp", 2)])
+def test_a_fast_form_holds_its_argument_once_per_call(name, calls):
+    # A value used several times is bound once; written as a tree, one tanh held
+    # ~400 copies of its argument and a GELU store took seconds of TIR passes
+    assert _loads_of_the_input(lambda v: _user_expression(name, v)) == calls
+
+
 class _Recording(Sketch):
     """Schedules nothing; records the library functions while it is applied."""
 
