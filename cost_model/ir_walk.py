@@ -147,7 +147,11 @@ class _Walker:
             for a in e.args:
                 self.count(a, env, ops, accesses)
             return
-        for attr in ("a", "value"):  # Not, Broadcast, Let, ...: count what is inside
+        if kind == "Let":  # the bound value once, then the body that uses it
+            self.count(e.value, env, ops, accesses)
+            self.count(e.body, env, ops, accesses)
+            return
+        for attr in ("a", "value"):  # Not, Broadcast, ...: count what is inside
             if hasattr(e, attr):
                 self.count(getattr(e, attr), env, ops, accesses)
                 return

@@ -110,6 +110,20 @@ def test_a_store_without_reduction_has_no_register_tile():
                                          "reg_stream_footprint")] == [0.0] * 6
 
 
+def test_a_let_bound_value_is_counted_once_with_the_body_that_uses_it():
+    from tvm import te, tirx
+
+    def let_square(e):
+        v = tirx.Var("v", "float32")
+        return tirx.Let(v, e * 2.0, v + v * v)          # 1 mul bound, then 1 add, 1 mul
+
+    a = te.placeholder((16,), name="A")
+    b = te.compute((16,), lambda i: let_square(a[i] + 1.0), name="B")
+    (store,) = walk(te.create_prim_func([a, b])).stores
+    assert store.ops == {"add": 2, "mul": 2}
+    assert [acc.buffer.name for acc in store.accesses if not acc.write] == ["A"]
+
+
 def test_cache_write_adds_a_second_store_slot(matmul_space):
     cand = Candidate.make("tile", {"i": [2, 4, 2, 16], "j": [4, 2, 2, 16], "k": [32, 8],
                                    "parallel": 2, "vectorize": 0, "unroll": 0,
