@@ -6,8 +6,8 @@ target with the same number of trials, time both best kernels with the same meth
 numpy, and time torch and the default (unscheduled) build. Prints per-op latency, the
 ratio, the geometric mean, tuning wall time per trial, and writes a tuning-curve PNG.
 For each of autosched's kernels it counts the stack loads and stores (register spills)
-in the hot loop of LLVM's assembly (autosched.measure.asm: the innermost loop with the
-most FMAs) next to that loop's FMAs.
+in the hot loop of LLVM's assembly (autosched.measure.asm: the register tile's reduction
+loop, the innermost loop broadcasting data with the most FMAs) next to that loop's FMAs.
 
     python bench/vs_metaschedule.py --trials 256 --checkpoints 64 [--set broad] [--ops matmul,softmax]
                                     [--db logs/bench.db] [--out bench/results]
@@ -103,7 +103,7 @@ def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url, with_
 
 
 def hot_loop_report(mod, target_spec) -> dict | None:
-    """The kernel's hot loop (its innermost loop with the most FMAs) in LLVM's assembly:
+    """The kernel's hot loop (`autosched.measure.asm.hot_loop`) in LLVM's assembly:
     FMAs, instructions and stack loads / stores (register spills); None without FMAs."""
     from dataclasses import asdict
 

@@ -4,8 +4,12 @@ A register tile that does not fit the vector registers makes LLVM spill
 accumulators to the stack: the hot loop then loads and stores through `(%rsp)`
 (or `(%rbp)` in a function that keeps a frame pointer). This module gets a
 module's assembly from LLVM, finds its loops (a backward branch to a label of the
-same function), keeps the innermost ones, picks the one with the most FMAs (the
-micro-kernel's reduction loop) and counts its stack operands.
+same function), keeps the innermost ones, picks the micro-kernel's reduction loop
+and counts its stack operands. That loop broadcasts elements of the data against
+vectors (`vbroadcastss` from memory, or an FMA's `{1toN}` operand); a fused epilogue
+(GELU's polynomials) may hold more FMAs, but it broadcasts only constants from the
+constant pool (`(%rip)`) and runs once per tile, not once per reduction step. Without
+such a loop (a row reduction's exp), the loop with the most FMAs is the hot one.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ _LABEL = re.compile(r"^(\.?[\w$.]+):")
 _BRANCH = re.compile(r"^\s+j\w+\s+(\.?[\w$.]+)\s*$")
 _FRAME = re.compile(r"^\s+movq?\s+%rsp,\s*%rbp\s*$")
 _FMA = re.compile(r"^\s+v?fn?m(add|sub)\w*\s")
+_BROADCAST = re.compile(r"^\s+vbroadcasts[sd]\s+[^%]*\(|\{1to\d+\}")
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,7 @@ class LoopReport:
     fmas: int
     stack_loads: int
     stack_stores: int
+    data_broadcasts: int = 0   # broadcasts of a value from memory other than constants
 
     @property
     def spills(self) -> int:
@@ -79,6 +85,10 @@ def _count_stack(lines: list[str], frame: bool) -> tuple[int, int]:
     return loads, stores
 
 
+def _is_data_broadcast(line: str) -> bool:
+    return bool(_BROADCAST.search(line)) and "(%rip)" not in line
+
+
 def _loops(name: str, lines: list[str]) -> list[LoopReport]:
     frame = any(_FRAME.match(line) for line in lines)
     where = {}
@@ -97,7 +107,7 @@ def _loops(name: str, lines: list[str]) -> list[LoopReport]:
         body = [x for x in lines[start:end + 1] if _is_instruction(x)]
         loads, stores = _count_stack(body, frame)
         out.append(LoopReport(name, label, len(body), sum(bool(_FMA.match(x)) for x in body),
-                              loads, stores))
+                              loads, stores, sum(_is_data_broadcast(x) for x in body)))
     return out
 
 
@@ -107,6 +117,8 @@ def innermost_loops(asm: str) -> list[LoopReport]:
 
 
 def hot_loop(asm: str) -> LoopReport | None:
-    """The innermost loop with the most FMAs (None when no loop has any)."""
+    """The reduction loop of a register tile: the innermost loop with the most FMAs
+    among those broadcasting data, else among all (None when no loop has any FMA)."""
     loops = [lp for lp in innermost_loops(asm) if lp.fmas]
-    return max(loops, key=lambda lp: (lp.fmas, -lp.instructions)) if loops else None
+    return max(loops, key=lambda lp: (lp.data_broadcasts > 0, lp.fmas, -lp.instructions),
+               default=None)

@@ -214,13 +214,21 @@ def test_spill_counter_on_known_assembly():
         "\tjmp .LBB0_1",
         "g:", ".LBB1_1:", "\tvmovups %zmm0, (%rbp,%rax)", "\tvfmadd213ps %zmm1, %zmm2, %zmm3",
         "\tjne .LBB1_1",
+        # an epilogue's polynomial: more FMAs, but only constants broadcast
+        "h:", ".LBB2_1:", "\tvbroadcastss .LCPI2_0(%rip), %zmm5",
+        "\tvfmadd213ps .LCPI2_1(%rip){1to16}, %zmm5, %zmm6",
+        *["\tvfmadd213ps %zmm5, %zmm6, %zmm7"] * 3, "\tvbroadcastss %xmm1, %zmm8",
+        "\tjne .LBB2_1",
     ])
     loops = innermost_loops(asm)
-    assert [(lp.function, lp.label) for lp in loops] == [("f", ".LBB0_2"), ("g", ".LBB1_1")]
+    assert [(lp.function, lp.label, lp.fmas, lp.data_broadcasts) for lp in loops] == [
+        ("f", ".LBB0_2", 2, 1), ("g", ".LBB1_1", 1, 0), ("h", ".LBB2_1", 4, 0)]
     loop = hot_loop(asm)
     assert (loop.function, loop.fmas, loop.stack_loads, loop.stack_stores) == ("f", 2, 2, 1)
     # without a frame pointer set up, %rbp is a data pointer, not the stack
     assert innermost_loops(asm)[1].spills == 0
+    # with no loop broadcasting data, the most FMAs
+    assert hot_loop(asm[asm.index("\ng:"):]).function == "h"
 
 
 CONTRACTIONS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
