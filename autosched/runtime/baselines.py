@@ -35,7 +35,7 @@ def _fewest(profile, budget: int, base: str, name: str, what: str) -> Baseline:
         actions = ["recompute" if i in chosen else base for i in range(n)]
         if predict(profile, actions).saved_bytes <= budget:
             return Baseline(name, actions, f"{what}, {k} of {n} layers recomputed")
-    return Baseline(name, None, f"does not fit even with every layer recomputed")
+    return Baseline(name, None, "does not fit even with every layer recomputed")
 
 
 def uniform(profile, budget: int) -> Baseline:
