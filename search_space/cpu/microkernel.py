@@ -25,8 +25,11 @@ from .tiling import ContractionSketch, vector_last
 
 # The tallest register tile offered (rows of accumulators).
 _MAX_ROWS = 16
-# On a 16-register (AVX2) target a 9-row tile spilled once per step on Zen 3 (its row
-# addresses and counters outgrow the general-purpose registers): at most 8 rows there.
+# On a 16-register (AVX2) target a tile of more than 8 rows spills vector registers
+# on Zen 3 although its accumulators fit: each row's broadcast needs a register of its
+# own while it is in flight, and LLVM's allocation then runs out (9 x 8: 6 stack
+# operands per loop at k_unroll 1, 2 or 4, none at 8; 10 x 8: 10 at k_unroll 1), while
+# 6 x 16, with more accumulators but 6 broadcasts a step, never did. At most 8 rows there.
 _MAX_ROWS_16_REGISTERS = 8
 # Below this many multiply-adds per core the parallel runtime costs more than it saves.
 _PARALLEL_WORK = 1 << 15
