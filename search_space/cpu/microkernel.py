@@ -28,8 +28,9 @@ _MAX_ROWS = 16
 # On a 16-register (AVX2) target a tile of more than 8 rows spills vector registers
 # on Zen 3 although its accumulators fit: each row's broadcast needs a register of its
 # own while it is in flight, and LLVM's allocation then runs out (9 x 8: 6 stack
-# operands per loop at k_unroll 1, 2 or 4, none at 8; 10 x 8: 10 at k_unroll 1), while
-# 6 x 16, with more accumulators but 6 broadcasts a step, never did. At most 8 rows there.
+# operands per loop at k_unroll 1 or 2, 2 at 4, none at 8; 10 x 8: 10 at 1), while
+# 6 x 16, with more accumulators but 6 broadcasts a step, did not (k_unroll 4, 16).
+# At most 8 rows there.
 _MAX_ROWS_16_REGISTERS = 8
 # Below this many multiply-adds per core the parallel runtime costs more than it saves.
 _PARALLEL_WORK = 1 << 15
