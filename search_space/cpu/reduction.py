@@ -79,10 +79,15 @@ class RowSketch(Sketch):
         self.params = params
         self.out = next(i for i in infos if i.is_output)
         self.depth = row_depth(list(infos), self.out)
+        self._rewritten: tuple | None = None   # (the computation, its reciprocal form)
 
     def program(self, func, decide: Decider):
-        """Divisions by a row's statistic as multiplications by its reciprocal."""
-        return reciprocal_form(func)
+        """Divisions by a row's statistic as multiplications by its reciprocal. The
+        rewrite is made once per computation: the same object each time, so what the
+        search space derives from it (the fast-math form) is derived once too."""
+        if self._rewritten is None or self._rewritten[0] is not func:
+            self._rewritten = (func, reciprocal_form(func))
+        return self._rewritten[1]
 
     def apply(self, sch, decide: Decider) -> None:
         sch = unchecked(sch)

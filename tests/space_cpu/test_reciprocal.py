@@ -36,6 +36,17 @@ def test_only_divisions_fixed_along_the_inner_axis_are_rewritten():
     assert script.count(" / ") == 2
 
 
+def test_the_rows_sketch_rewrites_a_computation_once(target):
+    from search_space.decisions import Decider
+
+    task = make_task(definition(normalise), {})
+    rows = generate_space(task, target).sketches["rows"]
+    first = rows.program(task.func, Decider())
+    assert rows.program(task.func, Decider()) is first
+    other = make_task(definition(normalise), {"N": 48})
+    assert rows.program(other.func, Decider()) is not first
+
+
 def test_rows_kernels_with_reciprocals_equal_the_division(target):
     task = make_task(definition(normalise), {})
     rng = np.random.default_rng(0)
