@@ -22,7 +22,9 @@ class Sketch(Protocol):
     def program(self, func, decide: Decider):
         """The computation this sketch schedules: the task's own PrimFunc `func` by
         default; a sketch may return a rewritten computation of the same outputs (its
-        choice among several forms is a decision, made before `apply`)."""
+        choice among several forms is a decision, made before `apply`). The same `func`
+        and decisions give the same object, not an equal copy: SearchSpace keys what it
+        derives from a program (its fast-math form) by the object."""
         return func
 
     def apply(self, sch, decide: Decider) -> None:  # sch: tvm.s_tir.Schedule

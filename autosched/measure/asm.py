@@ -33,7 +33,7 @@ class LoopReport:
     fmas: int
     stack_loads: int
     stack_stores: int
-    data_broadcasts: int = 0   # broadcasts of a value from memory other than constants
+    data_broadcasts: int   # broadcasts of a value from memory other than constants
 
     @property
     def spills(self) -> int:
