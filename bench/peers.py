@@ -30,18 +30,29 @@ def random_args(task, seed: int = 0, positive=()) -> list[np.ndarray]:
            [np.zeros(s.shape, s.dtype) for s in task.outputs]
 
 
-def time_tvm(mod, target, args: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
-    """Median seconds of one call (same method for every tuner) and the outputs."""
+def tvm_timer(mod, target, args: list[np.ndarray]):
+    """(timer, read): `timer()` is the median seconds of one call of `mod` on tensors
+    holding `args` (the same method for every tuner); `read()` is those tensors' contents
+    (the outputs, once `timer` has run)."""
     import tvm
 
     lib = tvm.compile(mod, target=target)
     dev = tvm.cpu() if target.kind.name == "llvm" else tvm.cuda()
     tensors = [tvm.runtime.tensor(a, dev) for a in args]
     f = lib.jit() if hasattr(lib, "jit") else lib
-    timer = f.time_evaluator("main", dev, **TIMING)
-    time.sleep(SETTLE_S)
-    result = timer(*tensors)
-    return float(np.median(result.results)), [t.numpy() for t in tensors]
+    evaluate = f.time_evaluator("main", dev, **TIMING)
+
+    def timer() -> float:
+        time.sleep(SETTLE_S)
+        return float(np.median(evaluate(*tensors).results))
+
+    return timer, lambda: [t.numpy() for t in tensors]
+
+
+def time_tvm(mod, target, args: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
+    """Median seconds of one call (see `tvm_timer`) and the outputs."""
+    timer, read = tvm_timer(mod, target, args)
+    return timer(), read()
 
 
 def metaschedule(task, target, trials: int, seed: int = 0, checkpoints=()):
@@ -88,20 +99,43 @@ def _replay(mod, improving_records):
     return sch.mod
 
 
-def torch_time(fn, inputs, warmup: int = 3, repeats: int = 7, number: int = 10) -> float:
-    """Median seconds per call of a torch function (a thread per core, as the TVM
-    kernels get; after warm-up)."""
+def torch_timer(fn, inputs, warmup: int = 3, repeats: int = 7, number: int = 10):
+    """A function returning the median seconds per call of a torch function (a thread
+    per core, as the TVM kernels get; after warm-up)."""
     import torch
 
-    torch.set_num_threads(machine_cores())
-    time.sleep(SETTLE_S)
-    with torch.no_grad():
-        for _ in range(warmup):
-            fn(*inputs)
-        samples = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(number):
+    def timer() -> float:
+        torch.set_num_threads(machine_cores())
+        time.sleep(SETTLE_S)
+        with torch.no_grad():
+            for _ in range(warmup):
                 fn(*inputs)
-            samples.append((time.perf_counter() - t0) / number)
-    return statistics.median(samples)
+            samples = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    fn(*inputs)
+                samples.append((time.perf_counter() - t0) / number)
+        return statistics.median(samples)
+
+    return timer
+
+
+def torch_time(fn, inputs, **timing) -> float:
+    """Median seconds per call of a torch function (see `torch_timer`)."""
+    return torch_timer(fn, inputs, **timing)()
+
+
+def interleaved(timers: dict, rounds: int) -> dict[str, list[float]]:
+    """Every timer of `timers` once a round, in turn, for `rounds` rounds: {name: its
+    seconds in each round}. Load from outside this process comes in bursts of seconds
+    (on the 2-core VM a kernel timed alone read 2.4 ms and 4.3 ms minutes apart); taking
+    turns lets a burst reach every side alike, and a median over rounds leaves it out."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    seconds: dict[str, list[float]] = {name: [] for name in timers}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            seconds[name].append(timer())
+    return seconds
+

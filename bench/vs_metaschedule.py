@@ -2,8 +2,9 @@
 
 For each operator: tune with autosched and with MetaSchedule (`tune_tir`) on the same
 target with the same number of trials, time both best kernels with the same method
-(`time_evaluator`, number=10, repeat=5, min_repeat_ms=50, median), check both against
-numpy, and time torch and the default (unscheduled) build. Prints per-op latency, the
+(`time_evaluator`, number=10, repeat=5, min_repeat_ms=50, median), taking turns with
+torch for `--rounds` rounds (the median over rounds: a burst of load from outside reaches
+every side alike), check both against numpy, and time the default (unscheduled) build. Prints per-op latency, the
 ratio, the geometric mean, tuning wall time per trial, and writes a tuning-curve PNG.
 For each of autosched's kernels it counts the stack loads and stores (register spills)
 in the hot loop of LLVM's assembly (autosched.measure.asm: the register tile's reduction
@@ -33,7 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import provenance  # noqa: E402
 from ops import SETS, best_so_far, recorded, torch_fn  # noqa: E402
-from peers import metaschedule, random_args, time_tvm, torch_time  # noqa: E402
+from peers import (interleaved, metaschedule, random_args, time_tvm, torch_timer,  # noqa: E402
+                   tvm_timer)
 
 
 def tune_autosched(task, trials: int, strategy: str, seed: int, url: str, checkpoints):
@@ -64,9 +66,14 @@ def _check(outputs, expected, name):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=name)
 
 
-def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url, with_ms=True):
+def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url, with_ms=True,
+             rounds=7):
     """One row per checkpoint (the last is `trials`); without MetaSchedule (`with_ms`
-    False) its fields are None."""
+    False) its fields are None. Every tuned kernel and torch are timed in `rounds`
+    interleaved rounds (`peers.interleaved`); a row holds each side's median over them and
+    the rounds themselves."""
+    import statistics
+
     import torch
 
     task = op.task()
@@ -79,23 +86,32 @@ def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url, with_
                                                       checkpoints)
     ms_mods, ms_wall, ms_curve = (metaschedule(task, tvm_target, trials, seed, checkpoints)
                                   if with_ms else (None, None, None))
-    torch_s = torch_time(torch_fn(task), [torch.from_numpy(a) for a in args[:n_in]])
+    timers = {"torch": torch_timer(torch_fn(task), [torch.from_numpy(a) for a in args[:n_in]])}
+    readers = {}
+    for k in checkpoints:
+        sides = [("autosched", ours_mods[k][0])] + ([("metaschedule", ms_mods[k])]
+                                                    if with_ms else [])
+        for side, mod in sides:
+            timers[(side, k)], readers[(side, k)] = tvm_timer(mod, tvm_target, args)
+    seconds = interleaved(timers, rounds)
+    for (side, k), read in readers.items():
+        _check(read()[n_in:], expected, f"{side} {op.name} @{k}")
+    median = {name: statistics.median(s) for name, s in seconds.items()}
+    torch_s = median["torch"]
     rows = {}
     for k in checkpoints:
-        ours_mod, ours_cand = ours_mods[k]
-        ours_s, out = time_tvm(ours_mod, tvm_target, args)
-        _check(out[n_in:], expected, f"autosched {op.name} @{k}")
-        ms_s = None
-        if with_ms:
-            ms_s, out = time_tvm(ms_mods[k], tvm_target, args)
-            _check(out[n_in:], expected, f"metaschedule {op.name} @{k}")
+        ours_s, ms_s = median[("autosched", k)], median.get(("metaschedule", k))
         rows[k] = {"op": op.name, "task": task.name, "flops": task.flops,
                    "bytes": sum(a.nbytes for a in args),
-                   "autosched_candidate": ours_cand,
-                   "hot_loop": hot_loop_report(ours_mod, target_spec),
+                   "autosched_candidate": ours_mods[k][1],
+                   "hot_loop": hot_loop_report(ours_mods[k][0], target_spec),
                    "default_s": default_s, "autosched_s": ours_s, "metaschedule_s": ms_s,
                    "torch_s": torch_s, "ratio": None if ms_s is None else ours_s / ms_s,
-                   "vs_torch": ours_s / torch_s, "autosched_wall_s": ours_wall,
+                   "vs_torch": ours_s / torch_s,
+                   "rounds_s": {"autosched": seconds[("autosched", k)],
+                                "metaschedule": seconds.get(("metaschedule", k)),
+                                "torch": seconds["torch"]},
+                   "autosched_wall_s": ours_wall,
                    "metaschedule_wall_s": ms_wall, "autosched_curve": ours_curve[:k],
                    "metaschedule_curve": ms_curve and ms_curve[:k], "trials": k,
                    "run_trials": trials}
@@ -196,6 +212,8 @@ def main() -> int:
     p.add_argument("--out", default="bench/results")
     p.add_argument("--peak", help="a machine_peak.py --out file: report each kernel's "
                                   "GFLOP/s and GB/s against it")
+    p.add_argument("--rounds", type=int, default=7,
+                   help="interleaved timing rounds of the tuned kernels and torch")
     p.add_argument("--no-metaschedule", action="store_true",
                    help="torch as the only peer (files named vs_torch_*)")
     a = p.parse_args()
@@ -225,7 +243,8 @@ def main() -> int:
         for done, op in enumerate(chosen, 1):
             print(f"== {op.name}", file=sys.stderr, flush=True)
             for k, row in bench_op(op, a.trials, checkpoints, a.strategy, a.seed, target,
-                                   db_url, with_ms=not a.no_metaschedule).items():
+                                   db_url, with_ms=not a.no_metaschedule,
+                                   rounds=a.rounds).items():
                 rows[k].append(row)
             # written after every operator: a run cut short keeps what it measured
             for k in checkpoints:
