@@ -138,4 +138,3 @@ def interleaved(timers: dict, rounds: int) -> dict[str, list[float]]:
         for name, timer in timers.items():
             seconds[name].append(timer())
     return seconds
-

@@ -26,6 +26,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import provenance  # noqa: E402
+from peers import interleaved  # noqa: E402
 from peers import SETTLE_S  # noqa: E402
 
 OPS = {"matmul": "examples/matmul.py", "batch_matmul": "examples/batch_matmul.py",
@@ -80,12 +81,10 @@ def compare(task, cand, space, target, rounds: int):
     ok = np.allclose(bufs[-1].numpy(), want, rtol=1e-4, atol=1e-4 * max(1, np.abs(want).max()))
     mine = lambda: ours(*bufs)  # noqa: E731
     calls = max(1, int(50 / max(_time(mine, 3), 1e-3)))  # about 50 ms a batch
-    t_ours, t_torch = [], []
-    for _ in range(rounds):
-        t_ours.append(_time(mine, calls))
-        t_torch.append(_time(theirs, calls))
+    seconds = interleaved({"ours": lambda: _time(mine, calls),
+                           "torch": lambda: _time(theirs, calls)}, rounds)
     t_base = _time(lambda: base(*bufs), 1)
-    return statistics.median(t_ours), statistics.median(t_torch), t_base, ok
+    return statistics.median(seconds["ours"]), statistics.median(seconds["torch"]), t_base, ok
 
 
 def _as_logged(row: dict) -> dict:

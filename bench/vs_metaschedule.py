@@ -4,8 +4,8 @@ For each operator: tune with autosched and with MetaSchedule (`tune_tir`) on the
 target with the same number of trials, time both best kernels with the same method
 (`time_evaluator`, number=10, repeat=5, min_repeat_ms=50, median), taking turns with
 torch for `--rounds` rounds (the median over rounds: a burst of load from outside reaches
-every side alike), check both against numpy, and time the default (unscheduled) build. Prints per-op latency, the
-ratio, the geometric mean, tuning wall time per trial, and writes a tuning-curve PNG.
+every side alike), check both against numpy, and time the default (unscheduled) build.
+Prints per-op latency, the ratio, the geometric mean, tuning wall time per trial, and writes a tuning-curve PNG.
 For each of autosched's kernels it counts the stack loads and stores (register spills)
 in the hot loop of LLVM's assembly (autosched.measure.asm: the register tile's reduction
 loop, the innermost loop broadcasting data with the most FMAs) next to that loop's FMAs.
