@@ -1,6 +1,7 @@
 """Fixtures for the runtime tests: one torch thread, tiny GPT / MLP models from examples/."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,15 @@ def one_thread():
 
 
 def load_example(name: str):
+    """The example module, registered in sys.modules under its name: dynamo imports the
+    module of every function it compiles, and one it cannot import fails the test run
+    alone (in the suite's order another test had imported it)."""
     from support.modules import load_by_path
 
-    return load_by_path(EXAMPLES / f"{name}.py", f"runtime_example_{name}")
+    module_name = f"runtime_example_{name}"
+    if module_name not in sys.modules:
+        sys.modules[module_name] = load_by_path(EXAMPLES / f"{name}.py", module_name)
+    return sys.modules[module_name]
 
 
 @pytest.fixture(scope="session")
