@@ -31,8 +31,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--gap", type=float, default=1e-3, help="solver relative MIP gap")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per layer and action")
     p.add_argument("--threads", type=int, help="torch CPU threads while profiling")
-    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                   help="time measurements in wall time or process CPU time")
+    p.add_argument("--clock", choices=("wall", "cpu", "thread"), default="wall",
+                   help="time measurements in wall time, process CPU time or the calling "
+                        "thread's CPU time (with --threads 1)")
     p.add_argument("--compile", action="store_true",
                    help="cost the actions compiled with torch.compile (the plan is for "
                         "torch.compile(autosched.runtime.apply(model, plan, compile=True)))")

@@ -25,7 +25,7 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
     on CUDA only (on the CPU host and device memory are the same RAM). `profile` reuses a
     ModelProfile (from profile_model) instead of measuring again. `kernel_ids` maps
     autosched op names ("autosched::dense") to the record ids of their kernels. clock:
-    "wall" or "cpu" time for the measurements (see training_step.clock_fn). kernels: the
+    "wall", "cpu" or "thread" time for the measurements (see training_step.clock_fn). kernels: the
     memory-efficient kernels by kind (memeff.memeff_library_kernels); the plan is
     measured with them and must be applied with the same (`apply(model, plan, kernels)`).
     compile: cost the actions as torch.compile runs them (model_profile.py); the plan is
