@@ -27,6 +27,9 @@ class Access:
     index: int                              # position in the block's reads (or writes)
     uses: tuple[frozenset, ...]             # iter var names each dimension's index uses
     exact: tuple[str | None, ...]           # the iter var a dimension is exactly, else None
+    # per dimension, (outer, inner) when its index is outer * extent(inner) + inner: a
+    # grouped operand's dimension that holds group after group (weight[g * F/G + f])
+    grouped: tuple[tuple[str, str] | None, ...] = ()
 
     def iters(self) -> frozenset:
         return frozenset().union(*self.uses) if self.uses else frozenset()
@@ -37,6 +40,16 @@ class Access:
         if len(dims) == 1 and self.exact[dims[0]] == var:
             return dims[0]
         return None
+
+    def panel_dim(self, var: str) -> int | None:
+        """The one dimension along which `var` runs contiguously: indexed by `var`
+        exactly, or by `outer * extent(var) + var` (no other dimension uses it)."""
+        dims = [d for d, used in enumerate(self.uses) if var in used]
+        if len(dims) != 1:
+            return None
+        d = dims[0]
+        grouped = self.grouped[d] if d < len(self.grouped) else None
+        return d if self.exact[d] == var or (grouped and grouped[1] == var) else None
 
 
 @dataclass(frozen=True)
@@ -100,20 +113,36 @@ class BlockAnalysis:
         return self.is_reduction and not self.is_contraction
 
 
-def _access(region, index: int, names: set, analyzer) -> Access:
+def _grouped(index_expr, extents: dict) -> tuple[str, str] | None:
+    """(outer, inner) when `index_expr` is outer * extent(inner) + inner, both iter vars."""
+    if type(index_expr).__name__ != "Add":
+        return None
+    for prod, inner in ((index_expr.a, index_expr.b), (index_expr.b, index_expr.a)):
+        if type(prod).__name__ != "Mul" or type(inner).__name__ != "Var":
+            continue
+        for outer, k in ((prod.a, prod.b), (prod.b, prod.a)):
+            if type(outer).__name__ == "Var" and _const(k) and outer.name in extents \
+                    and extents.get(inner.name) == int(k):
+                return outer.name, inner.name
+    return None
+
+
+def _access(region, index: int, names: dict, analyzer) -> Access:
     """What each dimension's index uses, simplified over the iter vars' domains first:
     a grouped convolution written for any `groups` indexes channels by
     f // (F / groups) * (C / groups) + c, which for one group does not depend on f."""
     from tvm.tirx.analysis import undefined_vars
 
-    uses, exact = [], []
+    uses, exact, grouped = [], [], []
     for rng in region.region:
         index_expr = analyzer.simplify(rng.min)
         used = frozenset(v.name for v in undefined_vars(index_expr) if v.name in names)
         uses.append(used)
         is_var = type(index_expr).__name__ == "Var" and _const(rng.extent) and int(rng.extent) == 1
         exact.append(index_expr.name if is_var and index_expr.name in names else None)
-    return Access(region.source.name, index, tuple(uses), tuple(exact))
+        single = _const(rng.extent) and int(rng.extent) == 1
+        grouped.append(_grouped(index_expr, names) if single else None)
+    return Access(region.source.name, index, tuple(uses), tuple(exact), tuple(grouped))
 
 
 def _domains(block):
@@ -177,7 +206,7 @@ def analyse(sch, block) -> BlockAnalysis:
     kinds = {ITER_SPATIAL: "S", ITER_REDUCE: "R"}
     iters = tuple(IterVar(iv.var.name, kinds.get(int(iv.iter_type), "O"), int(iv.dom.extent))
                   for iv in stmt.iter_vars)
-    names = {v.name for v in iters}
+    names = {v.name: v.extent for v in iters}   # iter var name -> extent
     analyzer = _domains(stmt)
     reads = tuple(_access(r, i, names, analyzer) for i, r in enumerate(stmt.reads))
     writes = tuple(_access(w, i, names, analyzer) for i, w in enumerate(stmt.writes))

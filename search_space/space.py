@@ -9,7 +9,7 @@ from .decisions import Decider, InvalidCandidate
 from .fast_math import fast_math_form
 from .sketch import RuleSet, Sketch
 
-SPACE_VERSION = "7"
+SPACE_VERSION = "8"
 _MAX_SAMPLE_TRIES = 32
 # Decision specs kept per candidate (a candidate's specs never change: replay is
 # deterministic); the search mutates the same parents again and again.

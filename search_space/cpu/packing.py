@@ -17,21 +17,21 @@ from ..analysis import BlockAnalysis
 @dataclass(frozen=True)
 class PackPlan:
     buffer: str    # the operand to pack (an argument of the function)
-    dim: int       # its dimension indexed exactly by the vector iter var
+    dim: int       # its dimension along which the vector iter var runs (panel_dim)
     iter: str      # the spatial iter var that becomes the vector axis
     outer_at: int  # where the outer part v // nb goes among the remaining dims
 
 
 def find_pack_plan(info: BlockAnalysis, params: set[str]) -> PackPlan | None:
     """The operand worth packing: an argument buffer reused across outputs (it misses
-    a spatial iter var) and indexed exactly by a spatial iter var along which the
-    other operands stream (see `BlockAnalysis.streams`). The last spatial iter var
+    a spatial iter var) and indexed by a spatial iter var along which it runs
+    contiguously (`Access.panel_dim`) and the other operands stream (see `BlockAnalysis.streams`). The last spatial iter var
     is preferred (the output's contiguous axis), then earlier ones."""
     candidates = [v for v in reversed(info.spatial) if v.extent > 1]
     reduce = {v.name for v in info.reduce}
     for var in candidates:
         for acc in info.reused_reads():
-            dim = acc.dim_of(var.name) if acc.buffer in params else None
+            dim = acc.panel_dim(var.name) if acc.buffer in params else None
             if dim is None or not info.streams(var.name, frozenset([acc.buffer])):
                 continue
             rest = [d for d in range(len(acc.uses)) if d != dim]

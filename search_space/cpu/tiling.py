@@ -225,7 +225,7 @@ def vector_last(sch, block, info: BlockAnalysis, vec_iter: str) -> None:
     the accumulators are contiguous vectors (conv vectorised over channels)."""
     from tvm.tirx import IndexMap
 
-    dim = info.writes[0].dim_of(vec_iter)
+    dim = info.writes[0].panel_dim(vec_iter)
     ndim = len(info.writes[0].uses)
     if dim is None or dim == ndim - 1:
         return

@@ -72,3 +72,16 @@ def attention_scores(H=4, S=40, D=24, dtype="float32"):
 def dense_relu(M=33, N=80, K=40, dtype="float32"):
     x, w = _t((M, K), "x", dtype), _t((N, K), "w", dtype)
     return x, w, topi.nn.relu(topi.nn.dense(x, w))
+
+
+@autosched.workload
+def conv1d_grouped(C=24, W=20, F=48, G=3, dtype="float32"):
+    """A grouped 1-d convolution written by hand, the group as its own loop over the
+    data's channel blocks (torch's Conv1d(groups=G), no padding)."""
+    cg, fg = C // G, F // G
+    data, weight = _t((2, C, W), "data", dtype), _t((F, cg, 3), "weight", dtype)
+    c = te.reduce_axis((0, cg), name="c")
+    k = te.reduce_axis((0, 3), name="k")
+    out = te.compute((2, F, W - 2), lambda n, f, x: te.sum(
+        data[n, f // fg * cg + c, x + k] * weight[f, c, k], axis=[c, k]), name="conv1d_g")
+    return data, weight, out
