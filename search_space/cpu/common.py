@@ -92,10 +92,17 @@ def _can_inline(sch, block) -> bool:
 
 def consumer_chain(sch, block) -> tuple[str, ...]:
     """The elementwise stages after `block` that can be folded into one stage and
-    fused into its tiles: its single spatial consumer, then single elementwise
+    fused into its tiles: its single spatial consumer reading `block`'s output by plain
+    iter vars (one fused under a tile reads just the tile; a consumer reading
+    out[x // 2, x % 2] would span other tiles' elements), then single elementwise
     consumers that reverse-inline into it. Empty when there is none."""
     consumers = sch.get_consumers(block)
-    if len(consumers) != 1 or not analyse(sch, consumers[0]).is_spatial:
+    if len(consumers) != 1:
+        return ()
+    first = analyse(sch, consumers[0])
+    written = sch.get(block).writes[0].source.name
+    if not first.is_spatial or not all(
+            e is not None for a in first.reads if a.buffer == written for e in a.exact):
         return ()
     trial = sch.copy()
     chain = [sch.get(consumers[0]).name_hint]

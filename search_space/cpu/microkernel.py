@@ -23,6 +23,7 @@ from ..decisions import Decider
 from .common import CpuParams, consumer_chain, fold_chain, inline_candidates, vectorize_inner
 from .group_split import group_split
 from .packing import PackPlan, find_pack_plan, pack_operand
+from .polyphase import polyphase_form
 from .tiling import ContractionSketch, vector_last
 
 # The tallest register tile offered (rows of accumulators).
@@ -62,26 +63,31 @@ class KernelPlan:
         return next(v for v in self.info.iters if v.name == name)
 
 
+# Program rewrites the micro-kernel may schedule instead of the task's own form, by
+# name: f(PrimFunc) -> the rewritten PrimFunc, or None when it does not apply.
+FORMS = {"polyphase": polyphase_form, "grouped": group_split}
+
+
 class MicroKernelSketch(ContractionSketch):
     """Every contraction block of the task as a register-blocked micro-kernel; the
     other blocks are inlined, fused, or parallelised and vectorised at the root. With
-    `grouped`, the blocks are those of the task's group-split form (`group_split.py`)."""
+    a `form` (a key of FORMS), the blocks are those of the task's rewritten form."""
 
     name = "microkernel"
 
     def __init__(self, plans: tuple, inline: tuple[str, ...], params: CpuParams,
-                 grouped: bool = False):
+                 form: str | None = None):
         super().__init__(plans, inline, params)
-        self.grouped = grouped
-        self._rewritten: tuple | None = None   # (the computation, its group-split form)
+        self.form = form
+        self._rewritten: tuple | None = None   # (the computation, its rewritten form)
 
     def program(self, func, decide: Decider):
-        """The task's computation, or its group-split form, made once per computation
+        """The task's computation, or its rewritten form, made once per computation
         (the same object each time, as `Sketch.program` asks)."""
-        if not self.grouped:
+        if self.form is None:
             return func
         if self._rewritten is None or self._rewritten[0] is not func:
-            self._rewritten = (func, group_split(func))
+            self._rewritten = (func, FORMS[self.form](func))
         return self._rewritten[1]
 
     def schedule_block(self, sch, decide: Decider, plan: KernelPlan) -> set[str]:
@@ -91,23 +97,24 @@ class MicroKernelSketch(ContractionSketch):
 def microkernel_sketches(sch, infos, params: CpuParams) -> list[MicroKernelSketch]:
     """The micro-kernel sketch for a task whose contraction blocks all have an
     operand to pack and a row axis to reuse it along, with a register tile that
-    fits the target's vector registers; for a grouped contraction whose vector axis
-    also picks the group, the sketch of its group-split form."""
-    found = _sketch_of(sch, infos, params, grouped=False)
-    if found:
-        return found
-    split = group_split(sch.mod["main"])
-    if split is None:
-        return []
+    fits the target's vector registers. A transposed convolution gets it on its
+    polyphase form (fewer multiply-adds, so preferred to its own form); a grouped
+    contraction whose vector axis also picks the group, on its group-split form."""
     import tvm
     from tvm import s_tir
 
-    split_sch = s_tir.Schedule(tvm.IRModule({"main": split}))
-    split_infos = [analyse(split_sch, b) for b in blocks(split_sch)]
-    return _sketch_of(split_sch, split_infos, params, grouped=True)
+    def on_form(form: str):
+        rewritten = FORMS[form](sch.mod["main"])
+        if rewritten is None:
+            return []
+        form_sch = s_tir.Schedule(tvm.IRModule({"main": rewritten}))
+        form_infos = [analyse(form_sch, b) for b in blocks(form_sch)]
+        return _sketch_of(form_sch, form_infos, params, form)
+
+    return on_form("polyphase") or _sketch_of(sch, infos, params, None) or on_form("grouped")
 
 
-def _sketch_of(sch, infos, params: CpuParams, grouped: bool) -> list[MicroKernelSketch]:
+def _sketch_of(sch, infos, params: CpuParams, form: str | None) -> list[MicroKernelSketch]:
     args = param_buffers(sch)
     plans = []
     for info in infos:
@@ -120,7 +127,7 @@ def _sketch_of(sch, infos, params: CpuParams, grouped: bool) -> list[MicroKernel
     if not plans:
         return []
     keep = frozenset(p.block for p in plans).union(*(p.chain for p in plans))
-    return [MicroKernelSketch(tuple(plans), inline_candidates(sch, keep), params, grouped)]
+    return [MicroKernelSketch(tuple(plans), inline_candidates(sch, keep), params, form)]
 
 
 def _kernel_plan(sch, info: BlockAnalysis, args: set[str]) -> KernelPlan | None:

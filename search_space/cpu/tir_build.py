@@ -83,7 +83,8 @@ def splice(func, replace: dict, remove: set, buffers: list):
             continue
         hit = next((name for name in replace if _holds(stmt, name)), None)
         out.extend(replace[hit] if hit else [stmt])
+    body = out[0] if len(out) == 1 else tirx.SeqStmt(out)   # TIR has no 1-long SeqStmt
     new_root = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint,
-                            tirx.SeqStmt(out), root.init, list(root.alloc_buffers) + buffers,
+                            body, root.init, list(root.alloc_buffers) + buffers,
                             root.match_buffers, root.annotations)
     return func.with_body(s_tir.SBlockRealize([], True, new_root))

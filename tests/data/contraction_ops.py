@@ -85,3 +85,10 @@ def conv1d_grouped(C=24, W=20, F=48, G=3, dtype="float32"):
     out = te.compute((2, F, W - 2), lambda n, f, x: te.sum(
         data[n, f // fg * cg + c, x + k] * weight[f, c, k], axis=[c, k]), name="conv1d_g")
     return data, weight, out
+
+
+@autosched.workload
+def conv1d_transposed(C=8, W=9, F=16, R=6, S=3, dtype="float32"):
+    """topi's 1-d transposed convolution, stride 3 (ConvTranspose1d)."""
+    data, weight = _t((2, C, W), "data", dtype), _t((C, F, R), "weight", dtype)
+    return data, weight, topi.nn.conv1d_transpose_ncw(data, weight, S, 0, dtype, 0)

@@ -234,11 +234,11 @@ def test_spill_counter_on_known_assembly():
 CONTRACTIONS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
                             "contraction_ops.py")
 # Grouped convolutions get the kernel through their group-split form (the group an
-# axis of its own, see test_group_split.py). A transposed convolution reads its weights
-# through a flipping stage, not an argument operand to pack: it keeps the tiling sketches.
-OFFERED = ["attention_scores", "conv1d", "conv1d_grouped", "conv2d_dilated",
-           "conv2d_grouped", "conv2d_nhwc", "conv2d_strided", "conv3d", "conv_bn_relu",
-           "dense_relu"]
+# axis of its own, see test_group_split.py), transposed ones through their polyphase
+# form (test_polyphase.py): every user contraction here runs on it.
+OFFERED = ["attention_scores", "conv1d", "conv1d_grouped", "conv1d_transposed",
+           "conv2d_dilated", "conv2d_grouped", "conv2d_nhwc", "conv2d_strided",
+           "conv2d_transposed", "conv3d", "conv_bn_relu", "dense_relu"]
 
 
 def test_which_user_contractions_get_the_kernel(target):
@@ -273,6 +273,6 @@ def test_grouped_convolutions_run_on_the_kernel_of_their_split_form(target):
 
     task = _task(CONTRACTIONS, "conv2d_grouped", ["C=24", "F=64", "G=4", "H=9", "W=12"])
     sketch = generate_space(task, target).sketches["microkernel"]
-    assert sketch.grouped and sketch.program(task.func, None) is not task.func
+    assert sketch.form == "grouped" and sketch.program(task.func, None) is not task.func
     assert sketch.program(task.func, None) is sketch.program(task.func, None)
     _check(task, target, 4, seed=7)
