@@ -63,6 +63,47 @@ def _phase_axes(block) -> dict | None:
     return axes
 
 
+def _other_taps_are_zero(block, axes: dict) -> bool:
+    """Whether every term of a tap the polyphase form drops (residue other than rr(p)
+    for phase p) is 0: the form is exact only for a spread input, not, say, for
+    an input upsampled by repetition (data[(y + r) // S], every tap non-zero)."""
+    import tvm
+    from tvm import tirx
+
+    store = block.body
+    term = replace_loads(store.value, store.buffer, tirx.const(0, expr_dtype(store.value)))
+    vars_ = {iv.var.name: iv.var for iv in block.iter_vars}
+    analyzer = tvm.sym.Analyzer()
+    for y, (r, s, sign, const) in axes.items():
+        qy, ry = tirx.Var("q", "int32"), tirx.Var("t", "int32")
+        for p in range(s):
+            for rr in range(s):
+                if (p + sign * rr + const) % s == 0:
+                    continue
+                dropped = substitute(term, ((vars_[y], s * qy + p), (vars_[r], s * ry + rr)))
+                if not _is_zero(analyzer.simplify(dropped)):
+                    return False
+    return True
+
+
+def _is_zero(expr) -> bool:
+    """Whether `expr` is 0 by its form: a zero constant, a product with a zero factor,
+    a sum of zeros, or a choice between zeros (the simplifier leaves
+    if_then_else(c, 0, 0) * w standing)."""
+    kind = type(expr).__name__
+    if kind in ("FloatImm", "IntImm"):
+        return float(expr.value) == 0.0
+    if kind == "Mul":
+        return _is_zero(expr.a) or _is_zero(expr.b)
+    if kind == "Add":
+        return _is_zero(expr.a) and _is_zero(expr.b)
+    if kind == "Call" and "if_then_else" in str(expr.op.name):
+        return _is_zero(expr.args[1]) and _is_zero(expr.args[2])
+    if kind == "Select":
+        return _is_zero(expr.true_value) and _is_zero(expr.false_value)
+    return False
+
+
 def _without_phase_remainders(expr, block, axes: dict):
     """`expr` with every phase remainder `e % S` as 0: in the polyphase form e is a
     multiple of S by construction (the tap residue is chosen so)."""
@@ -201,7 +242,8 @@ def polyphase_form(func):
         axes = _phase_axes(stmt)
         extents = {iv.var.name: int(iv.dom.extent) for iv in stmt.iter_vars}
         if not axes or any(extents[y] % s or extents[r] % s
-                           for y, (r, s, _, _) in axes.items()):
+                           for y, (r, s, _, _) in axes.items()) \
+                or not _other_taps_are_zero(stmt, axes):
             continue
         made = _rewrite_block(stmt, axes)
         if made is not None:

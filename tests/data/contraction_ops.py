@@ -92,3 +92,15 @@ def conv1d_transposed(C=8, W=9, F=16, R=6, S=3, dtype="float32"):
     """topi's 1-d transposed convolution, stride 3 (ConvTranspose1d)."""
     data, weight = _t((2, C, W), "data", dtype), _t((C, F, R), "weight", dtype)
     return data, weight, topi.nn.conv1d_transpose_ncw(data, weight, S, 0, dtype, 0)
+
+
+@autosched.workload
+def conv1d_upsampled(C=8, W=9, F=16, R=4, dtype="float32"):
+    """A convolution over the input upsampled 2x by repetition: its index (x + k) // 2
+    looks like a transposed convolution's, but every tap meets data."""
+    data, weight = _t((2, C, W), "data", dtype), _t((F, C, R), "weight", dtype)
+    c = te.reduce_axis((0, C), name="c")
+    k = te.reduce_axis((0, R), name="k")
+    out = te.compute((2, F, 2 * W - R + 1), lambda n, f, x: te.sum(
+        data[n, c, (x + k) // 2] * weight[f, c, k], axis=[c, k]), name="conv_up")
+    return data, weight, out

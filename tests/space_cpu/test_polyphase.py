@@ -90,6 +90,7 @@ def test_the_form_computes_exactly_the_task(path, name, args, fewer, target):
     (CONTRACTIONS, "conv1d_transposed", ("R=5",)),    # 5 taps, stride 3: phases differ
     (CONTRACTIONS, "conv2d_strided", ()),             # a strided conv reads data densely
     (CONTRACTIONS, "conv2d_dilated", ()),
+    (CONTRACTIONS, "conv1d_upsampled", ()),           # (x + k) // 2, but no zero taps
     (CONV_NORM, "conv2d_general", ("groups=2",))])
 def test_no_form_where_the_phases_are_not_whole(path, name, args):
     assert polyphase_form(_task(path, name, args).func) is None
