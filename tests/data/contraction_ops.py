@@ -104,3 +104,14 @@ def conv1d_upsampled(C=8, W=9, F=16, R=4, dtype="float32"):
     out = te.compute((2, F, 2 * W - R + 1), lambda n, f, x: te.sum(
         data[n, c, (x + k) // 2] * weight[f, c, k], axis=[c, k]), name="conv_up")
     return data, weight, out
+
+
+@autosched.workload
+def conv2d_transposed_bias_relu(C=8, H=5, W=6, F=32, dtype="float32"):
+    """A transposed convolution with its bias and ReLU, as a decoder layer writes it."""
+    data, weight = _t((1, C, H, W), "data", dtype), _t((C, F, 4, 4), "weight", dtype)
+    bias = _t((F,), "bias", dtype)
+    up = topi.nn.conv2d_transpose_nchw(data, weight, (2, 2), (1, 1), dtype, (0, 0))
+    out = te.compute(up.shape, lambda n, f, y, x: te.max(up[n, f, y, x] + bias[f], 0.0),
+                     name="bias_relu")
+    return data, weight, bias, out

@@ -237,8 +237,9 @@ CONTRACTIONS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
 # axis of its own, see test_group_split.py), transposed ones through their polyphase
 # form (test_polyphase.py): every user contraction here runs on it.
 OFFERED = ["attention_scores", "conv1d", "conv1d_grouped", "conv1d_transposed",
-           "conv2d_dilated", "conv2d_grouped", "conv2d_nhwc", "conv2d_strided",
-           "conv2d_transposed", "conv3d", "conv_bn_relu", "dense_relu"]
+           "conv1d_upsampled", "conv2d_dilated", "conv2d_grouped", "conv2d_nhwc",
+           "conv2d_strided", "conv2d_transposed", "conv2d_transposed_bias_relu", "conv3d",
+           "conv_bn_relu", "dense_relu"]
 
 
 def test_which_user_contractions_get_the_kernel(target):

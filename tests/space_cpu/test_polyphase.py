@@ -97,7 +97,8 @@ def test_no_form_where_the_phases_are_not_whole(path, name, args):
 
 
 @pytest.mark.parametrize("name,args", [("conv2d_transposed", ("F=32",)),
-                                       ("conv1d_transposed", ("F=32", "C=12"))])
+                                       ("conv1d_transposed", ("F=32", "C=12")),
+                                       ("conv2d_transposed_bias_relu", ())])
 def test_the_micro_kernel_schedules_the_form(name, args, target):
     import random
 
