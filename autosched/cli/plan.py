@@ -55,6 +55,8 @@ def _check(args) -> None:
         raise UserError(f"--repeats must be >= 1, got {args.repeats}")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
+    if args.clock == "thread" and args.threads != 1:
+        raise UserError("--clock thread sees only the calling thread: use it with --threads 1")
     if args.memeff_library and not os.path.isfile(
             os.path.join(args.memeff_library, "manifest.json")):
         raise UserError(f"--memeff-library {args.memeff_library}: no manifest.json there "

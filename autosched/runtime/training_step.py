@@ -23,11 +23,15 @@ def clock_fn(clock: str):
     CPU time: also leaves out the process's other threads, such as a test suite's leftover
     pools or a server's poller; complete only when torch runs on one thread, since CPU
     forward and backward then run on the caller)."""
-    try:
-        return CLOCKS[clock]
-    except KeyError:
-        from ..errors import UserError
-        raise UserError(f"clock must be one of {sorted(CLOCKS)}, got {clock!r}") from None
+    from ..errors import UserError
+
+    if clock not in CLOCKS:
+        raise UserError(f"clock must be one of {sorted(CLOCKS)}, got {clock!r}")
+    if clock == "thread" and torch.get_num_threads() != 1:
+        raise UserError(f"the 'thread' clock sees only the calling thread; torch runs on "
+                        f"{torch.get_num_threads()} (use one: torch.set_num_threads(1), "
+                        "--threads 1)")
+    return CLOCKS[clock]
 
 
 def compute_loss(model, inputs, loss_fn=None) -> torch.Tensor:

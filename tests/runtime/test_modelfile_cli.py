@@ -88,6 +88,8 @@ def test_missing_model_file(tmp_path):
     (["--memory-budget", "1GiB", "--time-limit", "0"], "time-limit"),
     (["--memory-budget", "1GiB", "--gap", "2"], "gap"),
     (["--memory-budget", "1GiB", "--repeats", "0"], "repeats"),
+    (["--memory-budget", "1GiB", "--clock", "thread"], "--threads 1"),
+    (["--memory-budget", "1GiB", "--clock", "thread", "--threads", "2"], "--threads 1"),
 ])
 def test_bad_arguments_fail_before_loading_anything(argv, match, tmp_path):
     args = parse(str(tmp_path / "never_read.py"), *argv)

@@ -32,3 +32,19 @@ def test_predicted_step_time_is_close(spec, gpt, bw_path):
     measured = statistics.median(times)
     predicted = plan.predicted["step_time_s"]
     assert abs(predicted - measured) / measured < 0.35, (plan.actions, predicted, measured)
+
+
+def test_the_thread_clock_refuses_more_than_one_torch_thread():
+    """With two threads the caller's CPU time would miss the other thread's work."""
+    import torch
+
+    from autosched.errors import UserError
+    from autosched.runtime.training_step import clock_fn
+
+    assert clock_fn("thread")() >= 0         # the runtime tests run torch on one thread
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(UserError, match="runs on 2"):
+            clock_fn("thread")
+    finally:
+        torch.set_num_threads(1)
