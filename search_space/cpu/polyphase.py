@@ -127,9 +127,9 @@ def _phase_shape(block, axes: dict) -> list | None:
     extents = {iv.var.name: int(iv.dom.extent) for iv in block.iter_vars}
     shape = []
     for index in block.body.indices:
-        name = getattr(index, "name", None)
-        if type(index).__name__ != "Var" or name not in extents:
+        if type(index).__name__ != "Var" or index.name not in extents:
             return None
+        name = index.name
         s = axes[name][1] if name in axes else None
         shape.append((extents[name] // s, s) if s else (extents[name],))
     return shape
