@@ -29,7 +29,7 @@ class Access:
     exact: tuple[str | None, ...]           # the iter var a dimension is exactly, else None
     # per dimension, (outer, inner) when its index is outer * extent(inner) + inner: a
     # grouped operand's dimension that holds group after group (weight[g * F/G + f])
-    grouped: tuple[tuple[str, str] | None, ...] = ()
+    grouped: tuple[tuple[str, str] | None, ...]
 
     def iters(self) -> frozenset:
         return frozenset().union(*self.uses) if self.uses else frozenset()
@@ -47,8 +47,7 @@ class Access:
         dims = [d for d, used in enumerate(self.uses) if var in used]
         if len(dims) != 1:
             return None
-        d = dims[0]
-        grouped = self.grouped[d] if d < len(self.grouped) else None
+        d, grouped = dims[0], self.grouped[dims[0]]
         return d if self.exact[d] == var or (grouped and grouped[1] == var) else None
 
 
@@ -138,9 +137,9 @@ def _access(region, index: int, names: dict, analyzer) -> Access:
         index_expr = analyzer.simplify(rng.min)
         used = frozenset(v.name for v in undefined_vars(index_expr) if v.name in names)
         uses.append(used)
-        is_var = type(index_expr).__name__ == "Var" and _const(rng.extent) and int(rng.extent) == 1
-        exact.append(index_expr.name if is_var and index_expr.name in names else None)
         single = _const(rng.extent) and int(rng.extent) == 1
+        is_var = single and type(index_expr).__name__ == "Var"
+        exact.append(index_expr.name if is_var and index_expr.name in names else None)
         grouped.append(_grouped(index_expr, names) if single else None)
     return Access(region.source.name, index, tuple(uses), tuple(exact), tuple(grouped))
 

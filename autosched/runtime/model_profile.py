@@ -169,7 +169,8 @@ def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
                   backend: str = "inductor") -> ModelProfile:
     """Measure everything the planner needs (see the module docstring).
 
-    clock: "wall", "cpu" or "thread" (see training_step.clock_fn); predictions are in the same clock.
+    clock: "wall", "cpu" or "thread" (see training_step.clock_fn); predictions are in the
+    same clock.
     kernels: the memory-efficient kernels by kind ({"gelu": Kernel}, see
     memeff.library); the memeff actions are measured with them (default: torch's).
     compile: time the layers and the rest compiled with torch.compile(backend=backend).

@@ -103,6 +103,9 @@ def microkernel_sketches(sch, infos, params: CpuParams) -> list[MicroKernelSketc
     import tvm
     from tvm import s_tir
 
+    if not any(i.is_contraction for i in infos):   # nothing to rewrite: skip the forms
+        return []
+
     def on_form(form: str):
         rewritten = FORMS[form](sch.mod["main"])
         if rewritten is None:

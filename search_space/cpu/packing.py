@@ -25,8 +25,9 @@ class PackPlan:
 def find_pack_plan(info: BlockAnalysis, params: set[str]) -> PackPlan | None:
     """The operand worth packing: an argument buffer reused across outputs (it misses
     a spatial iter var) and indexed by a spatial iter var along which it runs
-    contiguously (`Access.panel_dim`) and the other operands stream (see `BlockAnalysis.streams`). The last spatial iter var
-    is preferred (the output's contiguous axis), then earlier ones."""
+    contiguously (`Access.panel_dim`) and the other operands stream (see
+    `BlockAnalysis.streams`). The last spatial iter var is preferred (the output's
+    contiguous axis), then earlier ones."""
     candidates = [v for v in reversed(info.spatial) if v.extent > 1]
     reduce = {v.name for v in info.reduce}
     for var in candidates:

@@ -153,6 +153,7 @@ def _polyphase_block(block, axes: dict, phases):
             pairs.append((iv.var, s * outer.var + p.var))
         elif var in taps:
             iters.append(iter_var(var, extent // axes[taps[var]][1], True))
+            new_of[var] = (iters[-1].var,)
         else:
             iters.append(iter_var(var, extent, int(iv.iter_type) == 2))
             new_of[var] = (iters[-1].var,)
@@ -161,9 +162,8 @@ def _polyphase_block(block, axes: dict, phases):
         if iv.var.name in taps:
             y = taps[iv.var.name]
             _, s, sign, const = axes[y]
-            tap = next(n for n in iters if n.var.name == iv.var.name and int(n.iter_type) == 2)
             residue = tirx.floormod(-sign * (new_of[y][1] + const), s)
-            pairs.append((iv.var, s * tap.var + residue))
+            pairs.append((iv.var, s * new_of[iv.var.name][0] + residue))
     analyzer = tvm.sym.Analyzer()
     for new in iters:
         analyzer.bind(new.var, new.dom)
@@ -192,12 +192,9 @@ def _interleave(block, axes: dict, phases):
     from tvm import s_tir, tirx
 
     store = block.body
-    iters, at = [], []
-    for iv in block.iter_vars:
-        if int(iv.iter_type) == 0 and any(iv.var.same_as(i) for i in store.indices):
-            iters.append(iter_var(iv.var.name, int(iv.dom.extent), False))
-    by_name = {n.var.name: n.var for n in iters}
-    out = [by_name[i.name] for i in store.indices]
+    extents = {iv.var.name: int(iv.dom.extent) for iv in block.iter_vars}
+    iters = [iter_var(i.name, extents[i.name], False) for i in store.indices]
+    out, at = [n.var for n in iters], []
     for index, var in zip(store.indices, out):
         s = axes[index.name][1] if index.name in axes else None
         at += [tirx.floordiv(var, s), tirx.floormod(var, s)] if s else [var]
@@ -240,7 +237,7 @@ def polyphase_form(func):
         if not (info.is_contraction and info.loops_bound) or stmt.init is None:
             continue
         axes = _phase_axes(stmt)
-        extents = {iv.var.name: int(iv.dom.extent) for iv in stmt.iter_vars}
+        extents = {v.name: v.extent for v in info.iters}
         if not axes or any(extents[y] % s or extents[r] % s
                            for y, (r, s, _, _) in axes.items()) \
                 or not _other_taps_are_zero(stmt, axes):
