@@ -88,10 +88,20 @@ def eager_graph(gm, example_inputs, kind: str) -> Callable:
 def aot_backend(graph_pass: Callable, compile_graph: Callable = eager_graph) -> Callable:
     """A torch.compile backend that runs `graph_pass(gm, kind)` on each aten graph
     AOTAutograd makes of a captured graph, then `compile_graph(gm, example_inputs, kind)`
-    on the result (eager aten by default, `inductor_graph` to let inductor fuse the rest)."""
+    on the result (eager aten by default, `inductor_graph` to let inductor fuse the rest).
+
+    The forward and backward are split as inductor splits them, whatever compiles them:
+    by the min-cut partitioner, which honours activation checkpointing (whole and
+    selective) and `torch._functorch.config.activation_memory_budget`. So the graphs a
+    model's operators are extracted from (extract.py) are the graphs the backend later
+    rewrites (the split decides, for one, in which layout a backward matmul reads its
+    weight). As in inductor, the forward graph itself writes the buffers it updates (batch
+    norm's running statistics): written after it returns, the min-cut split's saved
+    copies of them would fail autograd's version check in backward."""
     from functools import partial
 
     from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     def compiler(kind, gm, example_inputs):
         graph_pass(gm, kind)
@@ -99,9 +109,11 @@ def aot_backend(graph_pass: Callable, compile_graph: Callable = eager_graph) -> 
         return compile_graph(gm, example_inputs, kind)
 
     def backend(gm, example_inputs):
-        return aot_module_simplified(gm, example_inputs,
+        return aot_module_simplified(gm, example_inputs, keep_inference_input_mutations=True,
                                      fw_compiler=partial(compiler, "forward"),
                                      bw_compiler=partial(compiler, "backward"),
-                                     inference_compiler=partial(compiler, "inference"))
+                                     inference_compiler=partial(compiler, "inference"),
+                                     partition_fn=min_cut_rematerialization_partition)
 
     return backend
+
