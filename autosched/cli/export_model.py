@@ -1,8 +1,10 @@
 """`autosched export-model MODEL_FILE --target T -o DIR`: the kernels that beat torch.
 
 DIR gets the kernel library of the operators whose best recorded kernel is faster than
-torch's recorded baseline and `model_ops.json`, the decision for every operator; load it
-with ``torch.compile(model, backend=autosched.torch.backend(DIR))``.
+torch's recorded baseline, and, called as the model calls it, faster than torch's operator
+timed beside it (`--decide-on side-by-side`, the default; `records` compares the call
+with torch's baseline record instead), and `model_ops.json`, the decision for every
+operator; load it with ``torch.compile(model, backend=autosched.torch.backend(DIR))``.
 """
 from __future__ import annotations
 
@@ -20,6 +22,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--target", default="llvm")
     p.add_argument("--db", metavar="URL", help=DB_URL_HELP)
     p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.add_argument("--decide-on", choices=("side-by-side", "records"), default="side-by-side",
+                   help="side-by-side: each kernel, called as the model calls it, against "
+                        "torch's operator timed now, repeats alternating (fair on a machine "
+                        "whose speed drifts); records: the call against torch's baseline "
+                        "record (when this machine is too busy to time now)")
     return p
 
 
@@ -29,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from ..model.tuning import export_model
 
     path, choices = export_model(args.model_file, args.target, args.output, args.db,
-                                 args.train)
+                                 args.train, side_by_side=args.decide_on == "side-by-side")
     print(choices_table(choices))
     won = sum(1 for c in choices if c.chosen == "autosched")
     print(f"{won} of {len(choices)} operators run autosched kernels; wrote {path}")

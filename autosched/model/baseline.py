@@ -99,29 +99,44 @@ def time_torch(func, inputs, settings, threads: int) -> list[float]:
     repeats: a baseline is measured once and decides for every later export, so one
     stalled repeat (a busy machine deschedules one of torch's threads) must not be the
     median."""
+    return time_side_by_side([func], inputs, settings, threads)[0]
+
+
+def time_side_by_side(funcs, inputs, settings, threads: int) -> list[list[float]]:
+    """`time_torch` of several callables on the same inputs, their repeats alternating
+    (one repeat of each in turn), so a machine that slows down or speeds up meanwhile
+    (shared cores, frequency changes) weighs on all of them alike; per callable, its
+    latencies."""
     import torch
 
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         with torch.no_grad():
-            for _ in range(max(1, settings.warmup)):
-                func(*inputs)
-            number = max(1, settings.number)
-            while True:
-                start = time.perf_counter()
-                for _ in range(number):
-                    func(*inputs)
-                elapsed = time.perf_counter() - start
-                if elapsed * 1e3 >= settings.min_repeat_ms or number >= 1 << 20:
-                    break
-                number *= 2
-            latencies = [elapsed / number]
-            for _ in range(max(MIN_REPEATS, settings.repeat) - 1):
-                start = time.perf_counter()
-                for _ in range(number):
-                    func(*inputs)
-                latencies.append((time.perf_counter() - start) / number)
+            numbers = [_calls_per_repeat(f, inputs, settings) for f in funcs]
+            latencies = [[] for _ in funcs]
+            for _ in range(max(MIN_REPEATS, settings.repeat)):
+                for f, number, out in zip(funcs, numbers, latencies):
+                    out.append(_repeat(f, inputs, number))
     finally:
         torch.set_num_threads(previous)
     return latencies
+
+
+def _calls_per_repeat(func, inputs, settings) -> int:
+    """After the warm-up, the calls one repeat needs to last `min_repeat_ms`."""
+    for _ in range(max(1, settings.warmup)):
+        func(*inputs)
+    number = max(1, settings.number)
+    while _repeat(func, inputs, number) * number * 1e3 < settings.min_repeat_ms \
+            and number < 1 << 20:
+        number *= 2
+    return number
+
+
+def _repeat(func, inputs, number: int) -> float:
+    """Seconds per call over `number` calls."""
+    start = time.perf_counter()
+    for _ in range(number):
+        func(*inputs)
+    return (time.perf_counter() - start) / number

@@ -1,8 +1,10 @@
 """Per operator of a model: torch's recorded time, the best kernel's, and which runs.
 
 A kernel is chosen only where its recorded latency beats torch's recorded latency for the
-same task on the same target and machine; without a kernel record or without a baseline
-torch runs (nothing is assumed). The table is what `tune-model` prints, what
+same task on the same target and machine, and, once `export-model` has timed the kernel
+as the model calls it, where that call beats torch's operator timed beside it (repeats
+alternating, same inputs); without a kernel record or without a baseline torch runs
+(nothing is assumed). The table is what `tune-model` prints, what
 `export-model` writes beside the library (`model_ops.json`) and what the backend obeys.
 """
 from __future__ import annotations
@@ -32,6 +34,9 @@ class OpChoice:
     # the kernel called as torch.ops.autosched.* from Python (its recorded latency plus
     # the cost of the call), timed at export; None before
     call_s: float | None = None
+    # torch's operator timed at export beside that call, repeats alternating (the two
+    # compared under the same machine conditions); None before
+    torch_call_s: float | None = None
     # why torch runs although the kernel is faster (say, another task of the workload
     # takes the same input shapes, and one op cannot dispatch between them)
     excluded: str = ""
@@ -42,10 +47,15 @@ class OpChoice:
         return self.call_s if self.call_s is not None else self.kernel_s
 
     @property
+    def torch_cost_s(self) -> float | None:
+        """torch's time to compare the kernel's with: timed beside its call when known."""
+        return self.torch_call_s if self.torch_call_s is not None else self.torch_s
+
+    @property
     def chosen(self) -> str:
         if self.kernel_s is None or self.torch_s is None or self.excluded:
             return "torch"
-        return "autosched" if self.kernel_cost_s < self.torch_s else "torch"
+        return "autosched" if self.kernel_cost_s < self.torch_cost_s else "torch"
 
     @property
     def reason(self) -> str:
@@ -55,10 +65,11 @@ class OpChoice:
             return "no torch baseline recorded"
         if self.excluded:
             return self.excluded
-        speedup = self.torch_s / self.kernel_cost_s if self.kernel_cost_s else math.inf
+        speedup = self.torch_cost_s / self.kernel_cost_s if self.kernel_cost_s else math.inf
+        how = " side by side" if self.torch_call_s is not None else ""
         if self.chosen == "autosched":
-            return f"kernel faster ({speedup:.2f}x torch)"
-        return f"torch recorded faster (kernel at {speedup:.2f}x)"
+            return f"kernel faster ({speedup:.2f}x torch{how})"
+        return f"torch {'timed' if how else 'recorded'} faster (kernel at {speedup:.2f}x{how})"
 
     @property
     def shape(self) -> str:
@@ -69,7 +80,7 @@ class OpChoice:
                 "ops": dict(self.ops), "task_key": self.task_key, "torch_s": self.torch_s,
                 "kernel_s": self.kernel_s, "baseline_record_id": self.baseline_record_id,
                 "kernel_record_id": self.kernel_record_id, "call_s": self.call_s,
-                "excluded": self.excluded, "chosen": self.chosen,
+                "torch_call_s": self.torch_call_s, "excluded": self.excluded, "chosen": self.chosen,
                 "reason": self.reason}
 
     @staticmethod
@@ -77,7 +88,7 @@ class OpChoice:
         return OpChoice(d["workload"], dict(d["params"]), int(d["count"]), dict(d["ops"]),
                         d["task_key"], d.get("torch_s"), d.get("kernel_s"),
                         d.get("baseline_record_id"), d.get("kernel_record_id"),
-                        d.get("call_s"), d.get("excluded", ""))
+                        d.get("call_s"), d.get("torch_call_s"), d.get("excluded", ""))
 
 
 def op_choices(model_ops, tasks, db, target, versions, threads: int) -> list[OpChoice]:
@@ -95,16 +106,18 @@ def op_choices(model_ops, tasks, db, target, versions, threads: int) -> list[OpC
 
 
 def choices_table(choices: list[OpChoice]) -> str:
-    """op, shape, count, torch ms, autosched ms, chosen — one row per task."""
+    """op, shape, count, torch ms, autosched ms (records), the kernel as called and
+    torch beside it (export), chosen — one row per task."""
     from ..cli.tables import format_table
 
     def ms(s):
         return "-" if s is None else f"{s * 1e3:.4f}"
 
     rows = [(",".join(c.ops), c.workload.removeprefix("aten_"), c.shape, str(c.count),
-             ms(c.torch_s), ms(c.kernel_s), ms(c.call_s), c.chosen) for c in choices]
+             ms(c.torch_s), ms(c.kernel_s), ms(c.call_s), ms(c.torch_call_s), c.chosen)
+            for c in choices]
     return format_table(("op", "workload", "shape", "count", "torch ms", "autosched ms",
-                         "as called ms", "chosen"), rows, right=5)
+                         "as called ms", "torch beside ms", "chosen"), rows, right=5)
 
 
 def write_choices(out_dir: str, model_path: str, train: bool, choices) -> str:

@@ -101,14 +101,17 @@ def tune_model(path: str, config, train: bool = False, callbacks=()) -> ModelTun
 
 
 def export_model(path: str, target_text: str, out_dir: str, db_url: str | None = None,
-                 train: bool = False) -> tuple[str, list]:
+                 train: bool = False, side_by_side: bool = True) -> tuple[str, list]:
     """Build the library of the kernels that beat torch into `out_dir` and write the
     decision for every task beside it; returns (the choices file, the choices).
 
     A kernel whose record beats torch's is built, then timed as the model will call it
     (through `torch.ops.autosched`, whose Python call costs microseconds that the
-    kernel's record does not hold); it stays in the library only if that still beats
-    torch."""
+    kernel's record does not hold) beside torch's own operator, their repeats
+    alternating on the same inputs; it stays in the library only if it beats torch
+    there too. (Torch's baseline and the kernel's record were timed at different
+    moments; on a machine whose speed drifts only the side-by-side pair is fair.)
+    `side_by_side=False` compares the call with torch's baseline record instead."""
     from ..db import DEFAULT_DB_URL, open_database
     from ..runtime.modelfile import load_model_file
     from ..target import resolve_target
@@ -128,13 +131,14 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
         records = {c.task_key: db.best(t.key, target.key, target.hardware_key, versions)
                    for t, c in zip(tasks, choices) if c.chosen == "autosched"}
     if records:
-        timed = _build_and_time(tasks, choices, records, target, out_dir)
-        choices = [replace(c, call_s=timed.get(c.task_key)) for c in choices]
+        timed = _build_and_time(model_ops, tasks, choices, records, target, out_dir,
+                                side_by_side)
+        choices = [replace(c, call_s=timed[c.task_key][0], torch_call_s=timed[c.task_key][1])
+                   if c.task_key in timed else c for c in choices]
         winners = {c.task_key for c in choices if c.chosen == "autosched"}
-        if winners != set(records):
-            records = {k: r for k, r in records.items() if k in winners}
-            if records:
-                _write(tasks, choices, records, target, out_dir)
+        records = {k: r for k, r in records.items() if k in winners}
+        if records:        # again: the library's metadata carries the times of the calls
+            _write(tasks, choices, records, target, out_dir)
     if not records:  # torch wins everywhere: no library, only the decisions
         _clear_library(out_dir)
     return write_choices(out_dir, path, train, choices), choices
@@ -167,7 +171,8 @@ def _write(tasks, choices, records, target, out_dir) -> list:
 
     picked = [(t, c) for t, c in zip(tasks, choices) if c.task_key in records]
     metas = [{"torch_latency_s": c.torch_s, "baseline_record_id": c.baseline_record_id,
-              "call_latency_s": c.call_s, "count": c.count, "ops": dict(c.ops)}
+              "call_latency_s": c.call_s, "torch_call_latency_s": c.torch_call_s,
+              "count": c.count, "ops": dict(c.ops)}
              for _, c in picked]
     write_library([t for t, _ in picked],
                   [KernelChoice.of_record(records[c.task_key]) for _, c in picked],
@@ -175,19 +180,29 @@ def _write(tasks, choices, records, target, out_dir) -> list:
     return [t for t, _ in picked]
 
 
-def _build_and_time(tasks, choices, records, target, out_dir) -> dict:
-    """Build the candidates' library, time each kernel through its torch op; returns
-    {task key: seconds per call}."""
+def _build_and_time(model_ops, tasks, choices, records, target, out_dir,
+                    side_by_side: bool) -> dict:
+    """Build the candidates' library, time each kernel through its torch op beside
+    torch's operator (repeats alternating; or alone without `side_by_side`); returns
+    {task key: (kernel's seconds per call, torch's or None)}, medians."""
     from ..measure.settings import MeasureSettings
     from ..torch import load_library
-    from .baseline import time_torch
+    from .baseline import time_side_by_side
+    from .workloads import WORKLOADS
 
-    built = _write(tasks, choices, records, target, out_dir)
+    built = set(t.key for t in _write(tasks, choices, records, target, out_dir))
     library = load_library(out_dir)
     threads = baseline_threads(target)
-    return {t.key: statistics.median(time_torch(library[t.workload], _random_inputs(t, "cpu"),
-                                                MeasureSettings(), threads))
-            for t in built}
+    out = {}
+    for op, t in zip(model_ops.ops, tasks):
+        if t.key in built and t.key not in out:
+            twin = partial(_call_twin, WORKLOADS[op.workload], dict(op.params))
+            funcs = [library[t.workload]] + ([twin] if side_by_side else [])
+            times = time_side_by_side(funcs, _random_inputs(t, "cpu"), MeasureSettings(),
+                                      threads)
+            out[t.key] = (statistics.median(times[0]),
+                          statistics.median(times[1]) if side_by_side else None)
+    return out
 
 
 def _clear_library(out_dir: str) -> None:

@@ -79,14 +79,18 @@ class AutoschedBackend:
     def __call__(self, gm, example_inputs):
         return aot_backend(self.rewrite, self.compile_graph)(gm, example_inputs)
 
+    def __str__(self) -> str:
+        return f"autosched kernels of {self.directory}"
+
     def decide(self, m: OpMatch) -> tuple[str, str]:
         """("autosched" or "torch", why) for one matched operator call."""
         entry = self.kernels.get(m.key)
         if entry is None:
             exported = self.choices.get(m.key)
             return "torch", exported.reason if exported else "shape not in the library"
-        torch_s = entry.meta.get("torch_latency_s")
-        # as called through torch.ops (timed at export) when known, else as recorded
+        # as called through torch.ops beside torch's operator (timed at export) when
+        # known, else as recorded
+        torch_s = entry.meta.get("torch_call_latency_s") or entry.meta.get("torch_latency_s")
         kernel_s = entry.meta.get("call_latency_s") or entry.latency_s
         if torch_s is None or kernel_s is None:
             return "torch", "no recorded torch baseline to compare with"

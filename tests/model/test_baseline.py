@@ -76,3 +76,28 @@ def test_time_torch_reports_seconds_per_call():
     lat = time_torch(f, [x], MeasureSettings(min_repeat_ms=1), threads=1)
     assert len(lat) == MIN_REPEATS and all(0 < s < 1e-2 for s in lat)
     assert len(calls) > MIN_REPEATS
+
+
+def test_side_by_side_alternates_repeats_of_every_callable():
+    import torch
+
+    from autosched.measure.settings import MeasureSettings
+    from autosched.model.baseline import MIN_REPEATS, time_side_by_side
+
+    order = []
+    x = torch.ones(4)
+
+    def fast(t):
+        order.append("fast")
+        return t + 1
+
+    def slow(t):
+        order.append("slow")
+        return (t + 1).sum() + torch.ones(20000).sum()
+
+    lat = time_side_by_side([fast, slow], [x], MeasureSettings(min_repeat_ms=1), threads=1)
+    assert [len(v) for v in lat] == [MIN_REPEATS, MIN_REPEATS]
+    # the repeats take turns: timed one after the other, each callable's calls form at
+    # least MIN_REPEATS separate runs (timed in two blocks they would form one or two)
+    runs = [f for i, f in enumerate(order) if i == 0 or order[i - 1] != f]
+    assert runs.count("fast") >= MIN_REPEATS and runs.count("slow") >= MIN_REPEATS

@@ -1,26 +1,32 @@
-"""The per-task decision: a kernel runs only where it beats torch's recorded time."""
+"""The per-task decision: a kernel runs only where it beats torch's recorded time, and
+where it was timed beside torch at export, torch's time there."""
 from __future__ import annotations
 
 import pytest
 
 
-def _choice(workload, params, count, torch_s, kernel_s, call_s=None, key="k"):
+def _choice(workload, params, count, torch_s, kernel_s, call_s=None, key="k",
+            torch_call_s=None):
     from autosched.model.choice import OpChoice
 
     return OpChoice(workload, params, count, {"aten.x": count}, key, torch_s, kernel_s, 1, 2,
-                    call_s)
+                    call_s, torch_call_s)
 
 
-@pytest.mark.parametrize("torch_s, kernel_s, call_s, chosen", [
-    (2e-6, 1e-6, None, "autosched"),
-    (2e-6, 1e-6, 3e-6, "torch"),          # the call through torch.ops costs more
-    (1e-6, 2e-6, None, "torch"),
-    (None, 1e-6, None, "torch"),          # no baseline: nothing is assumed
-    (1e-6, None, None, "torch"),          # no kernel recorded
+@pytest.mark.parametrize("torch_s, kernel_s, call_s, torch_call_s, chosen", [
+    (2e-6, 1e-6, None, None, "autosched"),
+    (2e-6, 1e-6, 3e-6, None, "torch"),          # the call through torch.ops costs more
+    (1e-6, 2e-6, None, None, "torch"),
+    (None, 1e-6, None, None, "torch"),          # no baseline: nothing is assumed
+    (1e-6, None, None, None, "torch"),          # no kernel recorded
+    # timed beside torch at export: that pair decides, not torch's older baseline
+    (2e-6, 1e-6, 1.5e-6, 1.4e-6, "torch"),
+    (1e-6, 0.9e-6, 1.5e-6, 1.6e-6, "autosched"),
 ])
-def test_kernel_only_where_it_beats_torch(torch_s, kernel_s, call_s, chosen):
-    c = _choice("aten_mm", {"M": 1}, 1, torch_s, kernel_s, call_s)
+def test_kernel_only_where_it_beats_torch(torch_s, kernel_s, call_s, torch_call_s, chosen):
+    c = _choice("aten_mm", {"M": 1}, 1, torch_s, kernel_s, call_s, torch_call_s=torch_call_s)
     assert c.chosen == chosen
+    assert ("side by side" in c.reason) == (torch_call_s is not None and kernel_s is not None)
     from autosched.model.choice import OpChoice
 
     assert OpChoice.from_json(c.to_json()) == c
