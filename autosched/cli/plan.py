@@ -37,6 +37,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true",
                    help="cost the actions compiled with torch.compile (the plan is for "
                         "torch.compile(autosched.runtime.apply(model, plan, compile=True)))")
+    p.add_argument("--model-library", metavar="DIR",
+                   help="with --compile: a library of `autosched export-model --train`; the "
+                        "plan is costed (and meant to be compiled) with "
+                        "autosched.torch.backend(DIR), the operators on its tuned kernels")
     p.add_argument("--memeff-library", metavar="DIR",
                    help="exported library of autosched/runtime/memeff/workloads.py: the "
                         "memory-efficient GELU runs (and is measured with) its fused kernel")
@@ -61,6 +65,12 @@ def _check(args) -> None:
             os.path.join(args.memeff_library, "manifest.json")):
         raise UserError(f"--memeff-library {args.memeff_library}: no manifest.json there "
                         "(make one with `autosched export`)")
+    if args.model_library and not args.compile:
+        raise UserError("--model-library: the kernels serve compiled plans; add --compile")
+    if args.model_library and not os.path.isfile(
+            os.path.join(args.model_library, "model_ops.json")):
+        raise UserError(f"--model-library {args.model_library}: no model_ops.json there "
+                        "(make one with `autosched export-model --train`)")
     if args.output and os.path.isdir(args.output):
         raise UserError(f"-o {args.output}: is a directory")
     if args.output and not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
@@ -78,18 +88,33 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+        # the library's kernels get as many threads as torch (their pool starts on first use)
+        os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
     spec = load_model_file(args.model_file)
     kernels = _memeff_kernels(args.memeff_library) if args.memeff_library else None
     offload = {"auto": None, "yes": True, "no": False}[args.allow_offload]
     result = plan(spec.model, spec.inputs, args.memory_budget, spec.loss_fn,
                   layers=args.layers, allow_offload=offload, time_limit_s=args.time_limit,
                   mip_gap=args.gap, repeats=args.repeats, clock=args.clock, kernels=kernels,
-                  compile=args.compile)
+                  compile=args.compile, backend=_backend(args.model_library))
     print(result.table())
     if args.output:
         _write_atomic(args.output, result.to_json())
         print(f"wrote {args.output}")
     return 0
+
+
+def _backend(model_library: str | None):
+    """inductor, or autosched's backend over an export-model library."""
+    if model_library is None:
+        return "inductor"
+    from ..torch import backend
+    from ..torch.errors import LibraryError
+
+    try:
+        return backend(model_library)
+    except LibraryError as e:
+        raise UserError(f"--model-library {model_library}: {e}") from None
 
 
 def _memeff_kernels(directory: str) -> dict:

@@ -31,13 +31,15 @@ def allow_recompiles(limit: int) -> None:
     torch._dynamo.config.recompile_limit = limit
 
 
-def partitioner_backend(memory_budget: float, backend: str = "inductor"):
-    """`backend` with activation_memory_budget set while AOTAutograd partitions.
+def partitioner_backend(memory_budget: float, backend="inductor"):
+    """`backend` (a registered name such as "inductor", or a backend callable such as
+    autosched.torch.backend(DIR)) with activation_memory_budget set while AOTAutograd
+    partitions (1, the default: save what the graph and its checkpoint marks leave).
 
     A callable of its own on every call: dynamo keeps compiled entries per backend, so two
     models compiled at different budgets never share a graph (with one backend they can:
     dynamo's guards do not see the config)."""
-    compiler = torch._dynamo.lookup_backend(backend)
+    compiler = torch._dynamo.lookup_backend(backend) if isinstance(backend, str) else backend
 
     def compile_at_budget(gm, example_inputs):
         with torch._functorch.config.patch(activation_memory_budget=memory_budget):
@@ -46,11 +48,13 @@ def partitioner_backend(memory_budget: float, backend: str = "inductor"):
 
 
 def compile_planned(model, plan_or_actions, kernels: dict | None = None,
-                    memory_budget: float = 1.0, backend: str = "inductor", layers=None,
+                    memory_budget: float = 1.0, backend="inductor", layers=None,
                     attention_cores=None):
     """torch.compile of `model` under a Plan (or a list of action names) applied for
     compilation, partitioned at `memory_budget` (1: the partitioner saves what the plan
-    leaves; lower: it also recomputes within that fraction). Parameters are shared."""
+    leaves; lower: it also recomputes within that fraction). `backend`: as for
+    partitioner_backend (autosched.torch.backend(DIR) runs the plan's operators on tuned
+    kernels). Parameters are shared."""
     if isinstance(plan_or_actions, list):
         planned = apply_actions(model, plan_or_actions, layers, attention_cores, kernels,
                                 compile=True)

@@ -17,7 +17,8 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
          allow_offload: bool | None = None, actions: list[str] | None = None,
          time_limit_s: float = 10.0, mip_gap: float = 1e-3, repeats: int = 5,
          bandwidth_path=None, profile=None, kernel_ids: dict | None = None,
-         clock: str = "wall", kernels: dict | None = None, compile: bool = False) -> Plan:
+         clock: str = "wall", kernels: dict | None = None, compile: bool = False,
+         backend="inductor") -> Plan:
     """Profile `model` on `example_inputs` and choose an action per layer within the budget.
 
     memory_budget: bytes, or a string "2GiB" / "512MiB" / "1.5GB" / "60%" (a percentage of
@@ -29,7 +30,10 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
     memory-efficient kernels by kind (memeff.memeff_library_kernels); the plan is
     measured with them and must be applied with the same (`apply(model, plan, kernels)`).
     compile: cost the actions as torch.compile runs them (model_profile.py); the plan is
-    then meant for `torch.compile(apply(model, plan, compile=True))`.
+    then meant for `torch.compile(apply(model, plan, compile=True))`. backend: what
+    compiles it (a registered name, or autosched.torch.backend(DIR) of an
+    `autosched export-model --train` library: the operators the library's kernels win
+    run, and are costed, on them); the plan is then compiled with the same backend.
     """
     from .layers import find_layers, layers_fingerprint
     from .model_profile import profile_model
@@ -45,7 +49,7 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
         profile = profile_model(model, inputs, loss_fn, layers=layers, actions=actions,
                                 allow_offload=allow_offload, repeats=repeats,
                                 bandwidth_path=bandwidth_path, clock=clock, kernels=kernels,
-                                compile=compile)
+                                compile=compile, backend=backend)
     budget = parse_budget(memory_budget, profile.keep_saved_bytes)
     solution = solve(profile, budget, time_limit_s, mip_gap)
     found = find_layers(model, profile.container)

@@ -30,6 +30,7 @@ import torch
 
 from .actions import ACTIONS
 from .bandwidth import Bandwidth, host_device_bandwidth
+from .compiled_plans import partitioner_backend
 from .layers import CallCapture, find_container, find_layers, tensors_in
 from .memeff import swappable
 from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
@@ -166,14 +167,16 @@ def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
                   repeats: int = 5, bandwidth: Bandwidth | None = None,
                   bandwidth_path=None, clock: str = "wall",
                   kernels: dict | None = None, compile: bool = False,
-                  backend: str = "inductor") -> ModelProfile:
+                  backend="inductor") -> ModelProfile:
     """Measure everything the planner needs (see the module docstring).
 
     clock: "wall", "cpu" or "thread" (see training_step.clock_fn); predictions are in the
     same clock.
     kernels: the memory-efficient kernels by kind ({"gelu": Kernel}, see
     memeff.library); the memeff actions are measured with them (default: torch's).
-    compile: time the layers and the rest compiled with torch.compile(backend=backend).
+    compile: time the layers and the rest compiled with torch.compile(backend=backend):
+    a registered name, or a backend callable (autosched.torch.backend(DIR): the times
+    are those of the tuned kernels where they serve an operator).
     """
     clock_fn(clock)
     found = find_layers(model, layers)
@@ -188,16 +191,6 @@ def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
     finally:
         for p, g in saved_grads.items():
             p.grad = g
-
-
-def own_backend(name: str):
-    """A backend callable of its own for `name`: dynamo keeps compiled entries per backend,
-    so a module compiled with it never reuses a graph compiled for another."""
-    compiler = torch._dynamo.lookup_backend(name)
-
-    def backend(gm, example_inputs):
-        return compiler(gm, example_inputs)
-    return backend
 
 
 def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_offload,
@@ -243,7 +236,8 @@ def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_
     if backend is not None:
         from .module_tree import clone_structure
 
-        whole = torch.compile(clone_structure(model), backend=own_backend(backend))
+        whole = torch.compile(clone_structure(model),
+                              backend=partitioner_backend(1.0, backend))
         whole_time = measure_step(whole, inputs, loss_fn, repeats=2 * repeats,
                                   clock=clock).step_time_s
     rest_time = whole_time - sum(p.options["keep"].time_s for p in profiles)
@@ -251,7 +245,8 @@ def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_
     return ModelProfile(profiles, shared_bytes, rest_bytes, frozenset(rest_shared), rest_time,
                         keep_time, keep_bytes, bw, str(device), container,
                         "given" if explicit else "largest ModuleList/Sequential",
-                        {kind: k.id for kind, k in kernels.items()}, backend)
+                        {kind: k.id for kind, k in kernels.items()},
+                        None if backend is None else str(backend))
 
 
 def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_offload,
@@ -279,7 +274,7 @@ def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_o
                 first = members[0]
                 timed = torch.compile(PlannedLayer(
                     first.module, ACTIONS[name], first.index, None, info[first.name][2],
-                    kernels, compile=True), backend=own_backend(backend))
+                    kernels, compile=True), backend=partitioner_backend(1.0, backend))
             runners[name] = []
             for layer in members:
                 body = PlannedLayer(layer.module, ACTIONS[name], layer.index, None,

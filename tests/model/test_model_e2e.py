@@ -78,7 +78,7 @@ def exported(request, tmp_path_factory):
         kept = _force(db, path, train, KEEP[name, train])
         out = work / ("train_lib" if train else "infer_lib")
         done = run_cli("export-model", str(path), *(["--train"] if train else []),
-                       "--db", db, "-o", str(out))
+                       "--db", db, "-o", str(out), "--decide-on", "records")
         assert done.returncode == 0, done.stderr
         libs[train] = (out, kept)
     libs["db"] = db
@@ -146,7 +146,7 @@ def test_training_step_gradients_equal_eager_through_backward_kernels(exported):
     assert backward, "no backward operator ran on an autosched kernel"
     if name == "gpt":
         assert {d.workload for d in backward} >= {
-            "aten_mm_nt", "aten_bmm", "aten_layer_norm_grad_input",
+            "aten_mm", "aten_bmm", "aten_layer_norm_grad_input",
             "aten_layer_norm_grad_gamma", "aten_layer_norm_grad_beta"}
     else:  # the convolutions' gradients: input, weight and (the stem's) bias
         assert {d.workload for d in backward} >= {"aten_conv2d_grad_input",
@@ -190,3 +190,42 @@ def test_choices_file_report_and_explain_name_every_task(exported, capsys):
     assert "torch:aten_" in out  # the baseline records, beside the kernels' records
     _, backend = _compiled(_load(path).model, library)
     assert autosched.torch.explain(backend).count("\n") == 1  # nothing compiled: header
+
+
+def test_compiled_plans_on_kernels_keep_the_budget_and_the_gradients(exported):
+    """Plans compiled on autosched's backend (compile_planned(..., backend=...)): AOTAutograd
+    splits the graph with the min-cut partitioner, so its memory budget applies (at 0 it
+    saves less than at 1) and so does a plan's recompute; gradients equal eager's and the
+    backward runs kernels."""
+    import autosched.torch
+    from autosched.runtime.compiled_plans import compile_planned
+    from autosched.runtime.layers import find_layers
+    from autosched.runtime.meter import SavedTensorMeter, model_state
+    from autosched.runtime.training_step import compute_loss, training_step
+
+    _, path, libs = exported
+    library, _ = libs[True]
+    spec = _load(path)
+    eager = spec.model.train()
+    ref = copy.deepcopy(eager)
+    training_step(ref, spec.inputs, spec.loss_fn)
+    n = len(find_layers(eager, "blocks"))      # both models keep their blocks there
+    saved = {}
+    for actions, budget in ((["keep"] * n, 1.0), (["keep"] * n, 0.0), (["recompute"] * n, 1.0)):
+        torch._dynamo.reset()
+        model = copy.deepcopy(eager)
+        backend = autosched.torch.backend(library, "inductor")
+        run = compile_planned(model, actions, memory_budget=budget, backend=backend,
+                              layers="blocks")
+        training_step(run, spec.inputs, spec.loss_fn)           # compiles
+        model.zero_grad(set_to_none=True)
+        with SavedTensorMeter(model_state(model)) as meter:
+            loss = compute_loss(run, spec.inputs, spec.loss_fn)
+        loss.backward()
+        meter.release()
+        saved[actions[0], budget] = meter.device_bytes
+        for (name, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+            torch.testing.assert_close(p.grad, q.grad, msg=f"gradient of {name}", **TOL)
+        assert any(d.graph == "backward" for d in _chosen(backend, "autosched"))
+    assert saved["keep", 0.0] < saved["keep", 1.0]
+    assert saved["recompute", 1.0] < saved["keep", 1.0]

@@ -90,6 +90,8 @@ def test_missing_model_file(tmp_path):
     (["--memory-budget", "1GiB", "--repeats", "0"], "repeats"),
     (["--memory-budget", "1GiB", "--clock", "thread"], "--threads 1"),
     (["--memory-budget", "1GiB", "--clock", "thread", "--threads", "2"], "--threads 1"),
+    (["--memory-budget", "1GiB", "--model-library", "."], "add --compile"),
+    (["--memory-budget", "1GiB", "--compile", "--model-library", "."], "no model_ops.json"),
 ])
 def test_bad_arguments_fail_before_loading_anything(argv, match, tmp_path):
     args = parse(str(tmp_path / "never_read.py"), *argv)
