@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,11 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests"))
 
+import model_library
 import provenance
 import torch
-from support.model_files import MODEL_FILE
 
 CONFIGS = {
     "gpt": ({"n_layer": 2, "d_model": 128, "n_head": 4, "seq_len": 64, "vocab": 256},
@@ -49,34 +46,9 @@ CONFIGS = {
 }
 
 
-def write_model(directory: Path, name: str) -> Path:
-    model, inputs = CONFIGS[name]
-    path = directory / f"bench_{name}.py"
-    path.write_text(MODEL_FILE.format(example=str(ROOT / "examples" / f"{name}.py"),
-                                      model=model, inputs=inputs))
-    return path
-
-
-def cli(*args) -> str:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-m", "autosched.cli", *args], env=env, check=False,
-                          capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"autosched {' '.join(args)} failed: {done.stderr.strip()}")
-    return done.stdout
-
-
 def tune_and_export(path: Path, work: Path, trials: int, db: str) -> dict:
-    libs = {}
-    for train in (False, True):
-        flag = ["--train"] if train else []
-        cli("tune-model", str(path), *flag, "--trials", str(trials), "--db", db,
-            "--work-dir", str(work / "logs"))
-        out = work / ("train" if train else "inference")
-        table = cli("export-model", str(path), *flag, "--db", db, "-o", str(out))
-        print(table)
-        libs[train] = out
-    return libs
+    return {train: model_library.tune_and_export(path, work, trials, db, train)
+            for train in (False, True)}
 
 
 def _step(model, inputs, loss_fn, train: bool):
@@ -190,7 +162,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="model_e2e-") as tmp:
         work = Path(tmp)
         for name in args.models.split(","):
-            path = write_model(work, name)
+            path = model_library.write_model(work, name, *CONFIGS[name])
             db = f"sqlite:///{work}/{name}.db"
             libs = tune_and_export(path, work / name, args.trials, db)
             spec = load_model_file(str(path))

@@ -1,7 +1,8 @@
 """Training plans against torch.compile's memory-budget partitioner, side by side, one run.
 
     flock /tmp/autosched-bench.lock python bench/training_plans.py [--models gpt,mlp]
-        [--json bench/results/training_plans_cpu.json] [--png ...] [--device cuda --clock wall]
+        [--tune-trials 720] [--json bench/results/training_plans_cpu.json] [--png ...]
+        [--device cuda --clock wall]
 
 Per model (GPT: 5 pre-norm blocks, width 192, 6 x 96 tokens; a residual MLP: 4 blocks,
 width 192, hidden 768, 512 rows; fp32), measured in the same run:
@@ -16,10 +17,17 @@ width 192, hidden 768, 512 rows; fp32), measured in the same run:
                   the budget the plan is solved again below it (fit_by_measurement)
 * memeff+partitioner@b  every memory-efficient form (compiled_plans.hybrid_actions) and
                   AOTAutograd's partitioner at budget b over the rest, b in {1 .. 0.1}
+* with --tune-trials N: the model's training-step operators tuned first (`autosched
+  tune-model --train`, N trials over all tasks, on as many threads as torch gets) and
+  exported (`autosched export-model --train`: the kernels that beat torch's baseline);
+  then compiled with autosched.torch.backend on that library:
+  plan+kernels@p  our plan solved on a profile compiled on the kernels, compiled on them
+  kernels+partitioner@b  the kernels and AOTAutograd's partitioner at budget b
 * plan*@p, plan+compile*@p  the measured choice (measured_choice.py): at each budget the
                   fastest eager plan that fits it, and the fastest compiled candidate
-                  (plan+compile or memeff+partitioner) that fits it; chosen on the first
-                  half of the timing rounds, reported on the second
+                  (plan+compile, memeff+partitioner, plan+kernels or kernels+partitioner)
+                  that fits it; chosen on the first half of the timing rounds, reported on
+                  the second
 
 Per point: saved-activation bytes (saved-tensor hooks around one forward: they see the
 compiled graph's saved tensors too), the median step time over interleaved rounds, the
@@ -37,6 +45,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -46,8 +55,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import gpt
-import mlp
+import model_library
 import provenance
 from runtime_plans import grad_error
 
@@ -69,6 +77,7 @@ from autosched.runtime.measured_choice import (
     pareto_consistent,
 )
 from autosched.runtime.model_profile import profile_model, restrict
+from autosched.runtime.modelfile import load_model_file
 from autosched.runtime.module_tree import clone_structure
 from autosched.runtime.training_step import (CLOCKS, measure_step, parameter_grads,
                                               training_step)
@@ -77,9 +86,10 @@ from autosched.runtime.units import format_bytes, parse_budget
 COMPILE_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.25, 0.1, 0.0)
 PLAN_BUDGETS = ("100%", "60%", "40%", "25%")
 HYBRID_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.25, 0.1)
-MODELS = {
-    "gpt": (lambda: gpt.make_model(5, 192, 4, 96), lambda: gpt.make_inputs(6, 96), gpt.loss_fn),
-    "mlp": (lambda: mlp.make_model(4, 192, 768), lambda: mlp.make_inputs(512, 192), mlp.loss_fn),
+MODELS = {   # examples/<name>.py: make_model(**first), make_inputs(**second)
+    "gpt": ({"n_layer": 5, "d_model": 192, "n_head": 4, "seq_len": 96},
+            {"batch": 6, "seq_len": 96}),
+    "mlp": ({"n_layer": 4, "width": 192, "hidden": 768}, {"batch": 512, "width": 192}),
 }
 
 
@@ -91,12 +101,13 @@ def compiled(module, budget: float, inputs, loss_fn):
     return c
 
 
-def compiled_plan(model, inputs, loss_fn, profile, budget, kernels):
-    """Our plan applied for compilation and compiled, its measured saved bytes within
-    `budget` (measured_choice.fit_by_measurement); (plan, compiled model, limit used)."""
+def compiled_plan(model, inputs, loss_fn, profile, budget, kernels, backend="inductor"):
+    """Our plan applied for compilation and compiled with `backend`, its measured saved
+    bytes within `budget` (measured_choice.fit_by_measurement); (plan, compiled model,
+    limit used)."""
     def make(limit):
         p = make_plan(model, inputs, limit, loss_fn, profile=profile, kernels=kernels)
-        run = compile_planned(model, p, kernels)
+        run = compile_planned(model, p, kernels, backend=backend)
         training_step(run, inputs, loss_fn)
         return p, run
 
@@ -107,14 +118,15 @@ def compiled_plan(model, inputs, loss_fn, profile, budget, kernels):
     return p, run, limit
 
 
-def build_points(model, inputs, loss_fn, profiles, kernels):
-    """{name: (module, info)} for every point of one model; profiles: (eager, compiled)."""
+def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
+    """{name: (module, info)} for every point of one model; profiles: (eager, compiled,
+    and with `tuned`, an autosched.torch.backend, compiled on its kernels)."""
     points = {"eager": (model, {"method": "eager"})}
     for b in COMPILE_BUDGETS:
         points[f"compile@{b:g}"] = (compiled(model, b, inputs, loss_fn),
                                     {"method": "compile", "budget": b})
-    eager_prof, compiled_prof = (restrict(p, ON_DEVICE) if p.device == "cpu" else p
-                                 for p in profiles)
+    eager_prof, compiled_prof, *tuned_prof = (restrict(p, ON_DEVICE) if p.device == "cpu"
+                                              else p for p in profiles)
     for spec in PLAN_BUDGETS:
         budget = parse_budget(spec, eager_prof.keep_saved_bytes)
         try:
@@ -128,6 +140,12 @@ def build_points(model, inputs, loss_fn, profiles, kernels):
             continue
         points[f"plan+compile@{spec}"] = (run, {"method": "plan+compile", "limit_bytes": limit,
                                                 **_info(p, spec, budget)})
+        if tuned is not None:
+            p, run, limit = compiled_plan(model, inputs, loss_fn, tuned_prof[0], budget,
+                                          kernels, tuned)
+            points[f"plan+kernels@{spec}"] = (run, {"method": "plan+kernels",
+                                                    "limit_bytes": limit,
+                                                    **_info(p, spec, budget)})
     hybrid = hybrid_actions(compiled_prof)
     cores = [layer.attention_cores for layer in compiled_prof.layers]
     print(f"memory-efficient forms for the partitioner: {hybrid}", flush=True)
@@ -137,6 +155,11 @@ def build_points(model, inputs, loss_fn, profiles, kernels):
         training_step(run, inputs, loss_fn)
         points[f"memeff+partitioner@{b:g}"] = (run, {"method": "memeff+partitioner",
                                                      "budget": b, "actions": hybrid})
+    for b in HYBRID_BUDGETS if tuned is not None else ():
+        run = torch.compile(clone_structure(model), backend=partitioner_backend(b, tuned))
+        training_step(run, inputs, loss_fn)
+        points[f"kernels+partitioner@{b:g}"] = (run, {"method": "kernels+partitioner",
+                                                      "budget": b})
     return points
 
 
@@ -164,16 +187,21 @@ def measure(points, inputs, loss_fn, rounds, steps, clock):
         {k: med(v[half:]) for k, v in times.items()}
 
 
-def run_model(name, args, kernels) -> list[dict]:
-    make, make_inputs, loss_fn = MODELS[name]
-    model = make().to(args.device)
-    inputs = tuple(x.to(args.device) for x in make_inputs())
+def run_model(name, args, kernels, work: Path) -> list[dict]:
+    path = model_library.write_model(work, name, *MODELS[name])
+    tuned = tuned_backend(path, work / name, args) if args.tune_trials else None
+    spec = load_model_file(str(path))
+    model, loss_fn = spec.model.to(args.device), spec.loss_fn
+    inputs = tuple(x.to(args.device) for x in spec.inputs)
+    backends = ["inductor"] + ([tuned] if tuned is not None else [])
     profiles = [profile_model(model, inputs, loss_fn, allow_offload=args.device != "cpu",
-                              repeats=args.repeats, clock=args.clock, kernels=kernels,
-                              compile=c) for c in (False, True)]
-    print(f"{name}: profiled eager and compiled; eager saves "
-          f"{format_bytes(profiles[0].keep_saved_bytes)}", flush=True)
-    points = build_points(model, inputs, loss_fn, profiles, kernels)
+                              repeats=args.repeats, clock=args.clock, kernels=kernels)]
+    profiles += [profile_model(model, inputs, loss_fn, allow_offload=args.device != "cpu",
+                               repeats=args.repeats, clock=args.clock, kernels=kernels,
+                               compile=True, backend=b) for b in backends]
+    print(f"{name}: profiled eager and compiled ({', '.join(map(str, backends))}); eager "
+          f"saves {format_bytes(profiles[0].keep_saved_bytes)}", flush=True)
+    points = build_points(model, inputs, loss_fn, profiles, kernels, tuned)
     saved, chosen_on, times = measure(points, inputs, loss_fn, args.rounds, args.steps,
                                       args.clock)
     ref = parameter_grads(model, inputs, loss_fn)
@@ -196,6 +224,20 @@ def run_model(name, args, kernels) -> list[dict]:
     return rows + consistent_rows(rows)
 
 
+def tuned_backend(path: Path, work: Path, args):
+    """autosched.torch.backend over the model's training-step kernels, tuned now with
+    `autosched tune-model --train` (--tune-trials over all tasks) on the threads torch
+    gets, and exported (only kernels that beat torch's baseline)."""
+    import autosched.torch
+
+    cpu = not args.device.startswith("cuda")
+    target = f'{{"kind": "llvm", "num-cores": {args.threads}}}' if cpu else "cuda"
+    library = model_library.tune_and_export(
+        path, work, args.tune_trials, f"sqlite:///{work}/tuning.db", train=True,
+        target=target, env={"TVM_NUM_THREADS": str(args.threads)})
+    return autosched.torch.backend(library)
+
+
 def peak_allocated(m, inputs, loss_fn) -> int:
     """torch.cuda.max_memory_allocated over one step (parameters and gradients included)."""
     torch.cuda.synchronize()
@@ -203,6 +245,11 @@ def peak_allocated(m, inputs, loss_fn) -> int:
     training_step(m, inputs, loss_fn)
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated()
+
+
+COMPILED_CANDIDATES = ("plan+compile", "memeff+partitioner", "plan+kernels",
+                       "kernels+partitioner")
+COMPILED_PLANS = ("plan+compile", "plan+kernels")
 
 
 def consistent_rows(rows) -> list[dict]:
@@ -214,7 +261,7 @@ def consistent_rows(rows) -> list[dict]:
     picks = pareto_consistent([MeasuredPlan(r["budget_bytes"], r["saved"], r["choice_time_s"])
                                for r in fam])
     out += [_chosen(fam[i], r, "plan*") for r, i in zip(fam, picks) if i is not None]
-    cands = [r for r in rows if r["method"] in ("plan+compile", "memeff+partitioner")]
+    cands = [r for r in rows if r["method"] in COMPILED_CANDIDATES]
     measured = [MeasuredPlan(0, r["saved"], r["choice_time_s"]) for r in cands]
     for r in (r for r in rows if r["method"] == "plan+compile"):
         i = fastest_within(measured, r["budget_bytes"])
@@ -239,10 +286,10 @@ def verdicts(rows) -> dict:
         for r in (r for r in mine if r["method"] == "plan+compile*"):
             peers = [c["time_s"] for c in comp if c["saved"] <= r["saved"]]
             ratios[r["budget"]] = r["time_s"] / min(peers) if peers else None
-        plans = [r for r in mine if r["method"] in ("plan", "plan+compile")]
+        plans = [r for r in mine if r["method"] in ("plan", *COMPILED_PLANS)]
         inv = {m: len(inversions([MeasuredPlan(r["budget_bytes"], r["saved"], r["time_s"])
                                   for r in mine if r["method"] == m]))
-               for m in ("plan", "plan+compile", "plan*", "plan+compile*")}
+               for m in ("plan", *COMPILED_PLANS, "plan*", "plan+compile*")}
         chosen = [r for r in mine if r["method"] in ("plan*", "plan+compile*")]
         out[name] = {
             "ratio_vs_best_compile_at_equal_or_lower_saved": ratios,
@@ -293,7 +340,8 @@ def plot(rows, path, stamp) -> None:
     names = sorted({r["model"] for r in rows})
     fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4.5), squeeze=False)
     style = {"eager": ("k", "s"), "compile": ("tab:blue", "o"), "plan": ("tab:orange", "^"),
-             "memeff+partitioner": ("tab:green", "v"), "plan+compile*": ("tab:red", "D")}
+             "memeff+partitioner": ("tab:green", "v"),
+             "kernels+partitioner": ("tab:purple", "P"), "plan+compile*": ("tab:red", "D")}
     for ax, name in zip(axes[0], names):
         for method, (color, marker) in style.items():
             pts = sorted((r["saved"] / 2 ** 20, r["time_s"] * 1e3) for r in rows
@@ -325,6 +373,12 @@ def main(argv=None) -> int:
     ap.add_argument("--clock", default="cpu", choices=sorted(CLOCKS),
                     help="cpu: process CPU time, robust on a shared machine (default)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (offload then allowed)")
+    ap.add_argument("--tune-trials", type=int, default=0,
+                    help="tune each model's training-step operators with autosched "
+                         "tune-model (this many trials over all tasks) and add the "
+                         "compiled points on the kernels that beat torch (0: none)")
+    ap.add_argument("--work-dir", help="model files, tuning databases and kernel "
+                                       "libraries (default: a temporary folder)")
     ap.add_argument("--json", help="write the rows and verdicts here")
     ap.add_argument("--png", help="write the Pareto plot here")
     args = ap.parse_args(argv)
@@ -339,6 +393,9 @@ def main(argv=None) -> int:
         print("--device cuda: a CPU clock does not see GPU time; use --clock wall",
               file=sys.stderr)
         return 2
+    if args.tune_trials < 0:
+        print("--tune-trials must be >= 0", file=sys.stderr)
+        return 2
     stamp = provenance.stamp(seed=0, argv=None if argv is None else [__file__, *argv],
                              threads=args.threads)
     print(provenance.header(stamp), flush=True)
@@ -346,9 +403,17 @@ def main(argv=None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     # Every compiled point is its own module tree: one recompile of each forward per point.
     allow_recompiles(64)
+    os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))   # the kernels' pool
+    with tempfile.TemporaryDirectory(prefix="training_plans-") as tmp:
+        work = Path(args.work_dir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        return run_models(names, args, work, stamp)
+
+
+def run_models(names, args, work: Path, stamp) -> int:
     rows = []
     for n in names:            # results written after each model: a long run keeps its part
-        rows += run_model(n, args, {})
+        rows += run_model(n, args, {}, work)
         report([r for r in rows if r["model"] == n])
         result = verdicts(rows)
         print(f"{n}: {result[n]}", flush=True)
