@@ -80,8 +80,8 @@ class OpChoice:
                 "ops": dict(self.ops), "task_key": self.task_key, "torch_s": self.torch_s,
                 "kernel_s": self.kernel_s, "baseline_record_id": self.baseline_record_id,
                 "kernel_record_id": self.kernel_record_id, "call_s": self.call_s,
-                "torch_call_s": self.torch_call_s, "excluded": self.excluded, "chosen": self.chosen,
-                "reason": self.reason}
+                "torch_call_s": self.torch_call_s, "excluded": self.excluded,
+                "chosen": self.chosen, "reason": self.reason}
 
     @staticmethod
     def from_json(d: dict) -> OpChoice:

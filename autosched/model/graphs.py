@@ -116,4 +116,3 @@ def aot_backend(graph_pass: Callable, compile_graph: Callable = eager_graph) -> 
                                      partition_fn=min_cut_rematerialization_partition)
 
     return backend
-

@@ -95,7 +95,7 @@ class AutoschedBackend:
         if torch_s is None or kernel_s is None:
             return "torch", "no recorded torch baseline to compare with"
         if kernel_s >= torch_s:
-            return "torch", f"torch recorded faster (kernel at {torch_s / kernel_s:.2f}x)"
+            return "torch", f"torch faster (kernel at {torch_s / kernel_s:.2f}x)"
         return "autosched", f"kernel faster ({torch_s / kernel_s:.2f}x torch)"
 
     def rewrite(self, gm, kind: str) -> None:
