@@ -232,6 +232,9 @@ def tuned_backend(path: Path, work: Path, args):
 
     cpu = not args.device.startswith("cuda")
     target = f'{{"kind": "llvm", "num-cores": {args.threads}}}' if cpu else "cuda"
+    if (work / "train" / "model_ops.json").is_file():      # an earlier run's, same --work-dir
+        print(f"using the library tuned and exported earlier in {work / 'train'}", flush=True)
+        return autosched.torch.backend(work / "train")
     library = model_library.tune_and_export(
         path, work, args.tune_trials, f"sqlite:///{work}/tuning.db", train=True,
         target=target, env={"TVM_NUM_THREADS": str(args.threads)})
@@ -378,7 +381,9 @@ def main(argv=None) -> int:
                          "tune-model (this many trials over all tasks) and add the "
                          "compiled points on the kernels that beat torch (0: none)")
     ap.add_argument("--work-dir", help="model files, tuning databases and kernel "
-                                       "libraries (default: a temporary folder)")
+                                       "libraries (default: a temporary folder); a "
+                                       "library exported there by an earlier run is used "
+                                       "again")
     ap.add_argument("--json", help="write the rows and verdicts here")
     ap.add_argument("--png", help="write the Pareto plot here")
     args = ap.parse_args(argv)

@@ -7,9 +7,20 @@ from pathlib import Path
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 # Each small config keeps every kind of operator of its example but few distinct shapes.
+# The example is imported as a module of its own (not run_path'd): torch.compile imports
+# the module of every class it traces to read its globals.
 MODEL_FILE = '''
-import runpy
-_ns = runpy.run_path({example!r})
+import importlib.util
+import os
+import sys
+
+_path = {example!r}
+_spec = importlib.util.spec_from_file_location(
+    "example_" + os.path.splitext(os.path.basename(_path))[0], _path)
+_module = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = _module
+_spec.loader.exec_module(_module)
+_ns = vars(_module)
 CONFIG = {model!r}
 INPUTS = {inputs!r}
 
