@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import model_library
 import provenance
 from runtime_plans import grad_error
+from training_plans_report import consistent_rows, plot, report, verdicts
 
 from autosched.errors import UserError
 from autosched.runtime.actions import ON_DEVICE
@@ -69,13 +70,7 @@ from autosched.runtime.compiled_plans import (
     partitioner_backend,
 )
 from autosched.runtime.make_plan import plan as make_plan
-from autosched.runtime.measured_choice import (
-    MeasuredPlan,
-    fastest_within,
-    fit_by_measurement,
-    inversions,
-    pareto_consistent,
-)
+from autosched.runtime.measured_choice import fit_by_measurement
 from autosched.runtime.model_profile import profile_model, restrict
 from autosched.runtime.modelfile import load_model_file
 from autosched.runtime.module_tree import clone_structure
@@ -195,10 +190,9 @@ def run_model(name, args, kernels, work: Path) -> list[dict]:
     inputs = tuple(x.to(args.device) for x in spec.inputs)
     backends = ["inductor"] + ([tuned] if tuned is not None else [])
     profiles = [profile_model(model, inputs, loss_fn, allow_offload=args.device != "cpu",
-                              repeats=args.repeats, clock=args.clock, kernels=kernels)]
-    profiles += [profile_model(model, inputs, loss_fn, allow_offload=args.device != "cpu",
-                               repeats=args.repeats, clock=args.clock, kernels=kernels,
-                               compile=True, backend=b) for b in backends]
+                              repeats=args.repeats, clock=args.clock, kernels=kernels,
+                              compile=b is not None, backend=b or "inductor")
+                for b in [None, *backends]]          # eager, then compiled per backend
     print(f"{name}: profiled eager and compiled ({', '.join(map(str, backends))}); eager "
           f"saves {format_bytes(profiles[0].keep_saved_bytes)}", flush=True)
     points = build_points(model, inputs, loss_fn, profiles, kernels, tuned)
@@ -248,118 +242,6 @@ def peak_allocated(m, inputs, loss_fn) -> int:
     training_step(m, inputs, loss_fn)
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated()
-
-
-COMPILED_CANDIDATES = ("plan+compile", "memeff+partitioner", "plan+kernels",
-                       "kernels+partitioner")
-COMPILED_PLANS = ("plan+compile", "plan+kernels")
-
-
-def consistent_rows(rows) -> list[dict]:
-    """The measured choice per budget, as extra rows, made on the first half of the rounds:
-    `plan*` the fastest eager plan that fits (pareto_consistent), `plan+compile*` the
-    fastest compiled candidate that fits (our compiled plans and memeff+partitioner)."""
-    out = []
-    fam = [r for r in rows if r["method"] == "plan"]
-    picks = pareto_consistent([MeasuredPlan(r["budget_bytes"], r["saved"], r["choice_time_s"])
-                               for r in fam])
-    out += [_chosen(fam[i], r, "plan*") for r, i in zip(fam, picks) if i is not None]
-    cands = [r for r in rows if r["method"] in COMPILED_CANDIDATES]
-    measured = [MeasuredPlan(0, r["saved"], r["choice_time_s"]) for r in cands]
-    for r in (r for r in rows if r["method"] == "plan+compile"):
-        i = fastest_within(measured, r["budget_bytes"])
-        if i is not None:
-            out.append(_chosen(cands[i], r, "plan+compile*"))
-    return out
-
-
-def _chosen(pick, target, method) -> dict:
-    return {**pick, "point": f"{method}@{target['budget']}", "method": method,
-            "budget": target["budget"], "budget_bytes": target["budget_bytes"],
-            "chosen": pick["point"], "fits": pick["saved"] <= target["budget_bytes"]}
-
-
-def verdicts(rows) -> dict:
-    """The issue's bars, per model, from the rows."""
-    out = {}
-    for name in sorted({r["model"] for r in rows}):
-        mine = [r for r in rows if r["model"] == name]
-        comp = [r for r in mine if r["method"] == "compile"]
-        ratios = {}
-        for r in (r for r in mine if r["method"] == "plan+compile*"):
-            peers = [c["time_s"] for c in comp if c["saved"] <= r["saved"]]
-            ratios[r["budget"]] = r["time_s"] / min(peers) if peers else None
-        plans = [r for r in mine if r["method"] in ("plan", *COMPILED_PLANS)]
-        inv = {m: len(inversions([MeasuredPlan(r["budget_bytes"], r["saved"], r["time_s"])
-                                  for r in mine if r["method"] == m]))
-               for m in ("plan", *COMPILED_PLANS, "plan*", "plan+compile*")}
-        chosen = [r for r in mine if r["method"] in ("plan*", "plan+compile*")]
-        out[name] = {
-            "ratio_vs_best_compile_at_equal_or_lower_saved": ratios,
-            "ratio_le_0.95_count": sum(1 for v in ratios.values() if v is not None and v <= .95),
-            "ratio_all_le_1.02": all(v is not None and v <= 1.02 for v in ratios.values()),
-            "all_fit": all(r["fits"] for r in plans + chosen),
-            "max_abs_pred_err": max(abs(r["pred_err"]) for r in plans),
-            "max_abs_pred_err_chosen": max((abs(r["pred_err"]) for r in chosen
-                                            if "pred_err" in r), default=None),
-            "max_abs_pred_err_drift_corrected": max(abs(r["pred_err_drift_corrected"])
-                                                    for r in plans),
-            "inversions": inv,
-            "max_grad_rel_err": max(r["grad_rel_err"] for r in mine),
-        }
-    return out
-
-
-SHORT = {"keep": "K", "memeff_ln": "L", "memeff": "M", "recompute_attention": "A",
-         "recompute_attention+memeff_ln": "AL", "recompute_attention+memeff": "AM",
-         "selective": "S", "recompute": "R", "offload": "O", "offload+memeff_ln": "OL",
-         "offload+memeff": "OM"}
-
-
-def report(rows) -> None:
-    head = ("model", "point", "actions", "saved", "fits", "ms", "pred ms", "err", "grad err")
-    lines = [head]
-    for r in rows:
-        acts = " ".join(SHORT.get(a, a) for a in r.get("actions", [])) or "-"
-        lines.append((r["model"], r["point"] + (f" (= {r['chosen']})" if "chosen" in r else ""),
-                      acts, format_bytes(r["saved"]),
-                      {True: "yes", False: "NO"}.get(r.get("fits"), "-"),
-                      f"{r['time_s'] * 1e3:.1f}",
-                      f"{r['pred_time_s'] * 1e3:.1f}" if "pred_time_s" in r else "-",
-                      f"{100 * r['pred_err']:+.1f}%" if "pred_err" in r else "-",
-                      f"{r['grad_rel_err']:.1e}"))
-    widths = [max(len(str(x[i])) for x in lines) for i in range(len(head))]
-    for x in lines:
-        print("  ".join(str(c).ljust(w) for c, w in zip(x, widths)))
-    print("actions: " + ", ".join(f"{v} {k}" for k, v in SHORT.items()))
-
-
-def plot(rows, path, stamp) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = sorted({r["model"] for r in rows})
-    fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4.5), squeeze=False)
-    style = {"eager": ("k", "s"), "compile": ("tab:blue", "o"), "plan": ("tab:orange", "^"),
-             "memeff+partitioner": ("tab:green", "v"),
-             "kernels+partitioner": ("tab:purple", "P"), "plan+compile*": ("tab:red", "D")}
-    for ax, name in zip(axes[0], names):
-        for method, (color, marker) in style.items():
-            pts = sorted((r["saved"] / 2 ** 20, r["time_s"] * 1e3) for r in rows
-                         if r["model"] == name and r["method"] == method)
-            if pts:
-                ax.plot(*zip(*pts), marker=marker, color=color, label=method,
-                        linestyle="-" if len(pts) > 1 else "")
-        ax.set_title(name)
-        ax.set_xlabel("saved activations (MiB)")
-        ax.set_ylabel("step time (ms)")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    provenance.write_sidecar(path, stamp)
 
 
 def main(argv=None) -> int:

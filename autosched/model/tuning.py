@@ -190,7 +190,7 @@ def _build_and_time(model_ops, tasks, choices, records, target, out_dir,
     from .baseline import time_side_by_side
     from .workloads import WORKLOADS
 
-    built = set(t.key for t in _write(tasks, choices, records, target, out_dir))
+    built = {t.key for t in _write(tasks, choices, records, target, out_dir)}
     library = load_library(out_dir)
     threads = baseline_threads(target)
     out = {}
