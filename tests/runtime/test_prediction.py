@@ -1,10 +1,13 @@
-"""Predicted step time against the measured one (a small GPT; loose bound, CPU clock).
+"""The planner's predicted cost of a plan against the measured one (a small GPT, CPU clock).
 
-The bench (bench/runtime_plans.py) checks the 15% claim on the 6-layer GPT; here the
-model is small and the machine shared, so the bound is 35%, and the profile takes the median
-of 7 runs (3 let one slow run late in a long suite decide). Time is the calling thread's CPU
-time (torch runs on one thread here): process CPU time also counted whatever threads earlier
-tests left in the suite's process, and once read a keep-everything step 44% slow.
+What the planner decides on is how much slower a plan is than keeping everything; the test
+checks that prediction, the plan's step over the keep-everything step, against the same
+ratio measured side by side (planned and original steps alternate, so a slow spell of the
+shared machine slows both). An absolute step time read minutes after the profile moved by
+up to 44% late in a long suite on the CI machine (three false failures); the bench
+(bench/runtime_plans.py) checks the absolute 15% claim on the 6-layer GPT on a quiet
+machine. The profile takes the median of 7 runs; time is the calling thread's CPU time
+(torch runs on one thread here), which leaves out the threads earlier tests leave behind.
 """
 from __future__ import annotations
 
@@ -17,21 +20,25 @@ from autosched.runtime.model_profile import profile_model
 from autosched.runtime.training_step import measure_step
 
 
-@pytest.mark.parametrize("spec", ["100%", "40%"])
-def test_predicted_step_time_is_close(spec, gpt, bw_path):
+@pytest.mark.parametrize("spec", ["40%", "25%"])
+def test_predicted_slowdown_over_keeping_everything_is_close(spec, gpt, bw_path):
     model = gpt.make_model(n_layer=3, d_model=96, n_head=2, seq_len=48, vocab=64)
     inputs = gpt.make_inputs(batch=4, seq_len=48, vocab=64)
     prof = profile_model(model, inputs, gpt.loss_fn, repeats=7, clock="thread",
                          actions=["keep", "memeff", "recompute", "selective"],
                          bandwidth_path=bw_path)
     plan = rt.plan(model, inputs, spec, gpt.loss_fn, profile=prof)
+    assert set(plan.actions) != {"keep"}, plan.actions       # the budget forces a trade
     planned = rt.apply(model, plan)
-    times = []
-    for _ in range(3):
-        times += measure_step(planned, inputs, gpt.loss_fn, repeats=3, clock="thread").times_s
-    measured = statistics.median(times)
-    predicted = plan.predicted["step_time_s"]
-    assert abs(predicted - measured) / measured < 0.35, (plan.actions, predicted, measured)
+    kept, under_plan = [], []
+    for _ in range(4):
+        kept += measure_step(model, inputs, gpt.loss_fn, repeats=3, clock="thread").times_s
+        under_plan += measure_step(planned, inputs, gpt.loss_fn, repeats=3,
+                                   clock="thread").times_s
+    measured = statistics.median(under_plan) / statistics.median(kept)
+    predicted = plan.predicted["step_time_s"] / plan.reference["step_time_s"]
+    assert measured > 1.0 and predicted > 1.0, (plan.actions, predicted, measured)
+    assert abs(predicted - measured) / measured < 0.2, (plan.actions, predicted, measured)
 
 
 def test_the_thread_clock_refuses_more_than_one_torch_thread():
