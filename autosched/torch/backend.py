@@ -9,8 +9,9 @@ and softmax backward), and each operator call that a workload computes (`autosch
 is replaced by `torch.ops.autosched.<workload>` where
 
 * the library has the kernel for exactly this workload and these shapes, and
-* the kernel's latency beats torch's recorded latency (both from the database, carried
-  by the manifest; the kernel's as timed through its torch op at export, when known).
+* `model_ops.json` chose it: export-model's decision (`autosched.model.choice.OpChoice`),
+  the kernel as called through its torch op timed beside torch's operator, or as
+  recorded against torch's baseline record.
 
 Everything else runs as torch runs it: compiled by inductor (the default where inductor
 can build; `compiler="eager"` runs the aten graph operator by operator), which fuses
@@ -29,6 +30,7 @@ from pathlib import Path
 import torch
 
 from ..model.aten_match import OpMatch
+from ..model.choice import CHOICES_NAME, read_choices
 from ..model.graphs import aot_backend, scan
 
 log = logging.getLogger("autosched.torch")
@@ -55,7 +57,6 @@ class AutoschedBackend:
     """A torch.compile backend over one exported model library (see the module doc)."""
 
     def __init__(self, directory, compiler: str = "auto"):
-        from ..model.choice import read_choices
         from ..model.graphs import graph_compiler
         from .library import load_library
 
@@ -83,20 +84,15 @@ class AutoschedBackend:
         return f"autosched kernels of {self.directory}"
 
     def decide(self, m: OpMatch) -> tuple[str, str]:
-        """("autosched" or "torch", why) for one matched operator call."""
-        entry = self.kernels.get(m.key)
-        if entry is None:
-            exported = self.choices.get(m.key)
+        """("autosched" or "torch", why) for one matched operator call: export-model's
+        decision for its task (model_ops.json), where the library holds its kernel."""
+        exported = self.choices.get(m.key)
+        if m.key not in self.kernels:
             return "torch", exported.reason if exported else "shape not in the library"
-        # as called through torch.ops beside torch's operator (timed at export) when
-        # known, else as recorded
-        torch_s = entry.meta.get("torch_call_latency_s") or entry.meta.get("torch_latency_s")
-        kernel_s = entry.meta.get("call_latency_s") or entry.latency_s
-        if torch_s is None or kernel_s is None:
-            return "torch", "no recorded torch baseline to compare with"
-        if kernel_s >= torch_s:
-            return "torch", f"torch faster (kernel at {torch_s / kernel_s:.2f}x)"
-        return "autosched", f"kernel faster ({torch_s / kernel_s:.2f}x torch)"
+        if exported is None:
+            return "torch", (f"no decision in {CHOICES_NAME} for this shape (export the "
+                             "library with `autosched export-model`)")
+        return exported.chosen, exported.reason
 
     def rewrite(self, gm, kind: str) -> None:
         """Replace the chosen operator calls of one aten graph by their kernels."""

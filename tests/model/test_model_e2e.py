@@ -168,6 +168,43 @@ def test_untuned_batch_size_falls_back_to_torch(exported):
     assert {d.reason for d in matched} == {"shape not in the library"}
 
 
+def _task(row):
+    """(workload, shape parameters) of a decision or a choice (their orders differ)."""
+    return row.workload, frozenset(row.shape.split(","))
+
+
+def test_the_backend_obeys_the_exported_decisions(exported, tmp_path):
+    """The kernels run where model_ops.json chose them, and only there: a kernel the
+    file holds back stays torch's with the file's reason; without the file nothing runs."""
+    import dataclasses
+    import shutil
+
+    from autosched.model.choice import read_choices, write_choices
+
+    _, path, libs = exported
+    library = tmp_path / "lib"
+    shutil.copytree(libs[False][0], library)
+    choices = read_choices(library)
+    held = next(c for c in choices if c.chosen == "autosched")
+    choices = [dataclasses.replace(c, excluded="held back by hand") if c is held else c
+               for c in choices]
+    write_choices(str(library), str(path), False, choices)
+    spec = _load(path)
+    compiled, backend = _compiled(copy.deepcopy(spec.model.eval()), library)
+    with torch.no_grad():
+        compiled(*spec.inputs)
+    rows = [d for d in backend.decisions if _task(d) == _task(held)]
+    assert rows and {(d.chosen, d.reason) for d in rows} == {("torch", "held back by hand")}
+    won = {_task(c) for c in choices if c.chosen == "autosched"}
+    assert {_task(d) for d in _chosen(backend, "autosched")} == won
+    (library / "model_ops.json").unlink()
+    compiled, bare = _compiled(copy.deepcopy(spec.model.eval()), library)
+    with torch.no_grad():
+        compiled(*spec.inputs)
+    matched = [d for d in bare.decisions if d.workload]
+    assert matched and not _chosen(bare, "autosched")
+
+
 def test_choices_file_report_and_explain_name_every_task(exported, capsys):
     import autosched.torch
     from autosched.cli.main import main
