@@ -81,14 +81,28 @@ def test_compiled_memeff_layer_norm_saves_output_and_rstd():
         torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-4)
 
 
-def test_custom_ops_pass_opcheck():
-    x = torch.randn(8, 16, requires_grad=True)
-    w, b = torch.rand(16) + 0.5, torch.randn(16)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_custom_ops_pass_opcheck(layout):
+    """Fake and real outputs agree (shapes, strides), forward and backward ops alike; a
+    transposed input (a ViT's patch embedding feeds its blocks one) once gave a real
+    LayerNorm output whose strides the fake did not describe, failing inductor's check."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 6)
+    x = (x if layout == "contiguous" else x.transpose(1, 2).contiguous().transpose(1, 2))
+    x.requires_grad_()
+    w, b = torch.rand(6) + 0.5, torch.randn(6)
     k_gelu = memeff_ops.kernel_id("gelu", rt.memeff.TORCH_GELU)
     k_ln = memeff_ops.kernel_id("layer_norm", rt.memeff.TORCH_LAYER_NORM)
+    y, mask = memeff_ops.gelu_op(x.detach(), "none", k_gelu)
+    grad = torch.randn(4, 6, 16).transpose(1, 2)
     torch.library.opcheck(memeff_ops.gelu_op, (x, "none", k_gelu))
+    torch.library.opcheck(memeff_ops.gelu_backward_op, (grad, y, mask, "none", k_gelu))
     torch.library.opcheck(memeff_ops.layer_norm_op,
-                          (x, [16], w.requires_grad_(), b.requires_grad_(), 1e-5, k_ln))
+                          (x, [6], w.requires_grad_(), b.requires_grad_(), 1e-5, k_ln))
+    y, rstd = memeff_ops.layer_norm_op(x.detach(), [6], w.detach(), b.detach(), 1e-5, k_ln)
+    torch.library.opcheck(memeff_ops.layer_norm_backward_op,
+                          (grad, y, rstd, w.detach(), b.detach(), [6], [True, True, True],
+                           k_ln))
 
 
 def test_compiled_mixed_plan_keeps_its_memory_and_gradients(tiny_gpt, grads):

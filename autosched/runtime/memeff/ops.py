@@ -42,27 +42,37 @@ def kernel_id(kind: str, kernel: Kernel) -> str:
     return kernel.id
 
 
+# The ops return contiguous tensors, and their fake implementations say so: the compiled
+# graph checks the real outputs' strides against the fakes', and a kernel's output layout
+# may follow its input's (an elementwise GELU on a transposed tensor) or not (LayerNorm).
+def _dense(*tensors: Tensor) -> tuple[Tensor, ...]:
+    return tuple(t.contiguous() for t in tensors)
+
+
+def _empty(like: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    return like.new_empty(like.shape, dtype=dtype or like.dtype)
+
+
 # -- GELU ----------------------------------------------------------------------------------
 @torch.library.custom_op(f"{NAMESPACE}::gelu", mutates_args=())
 def gelu_op(x: Tensor, approximate: str, kernel: str) -> tuple[Tensor, Tensor]:
-    y, mask = _KERNELS["gelu"][kernel].forward(x, approximate)
-    return y, mask
+    return _dense(*_KERNELS["gelu"][kernel].forward(x, approximate))
 
 
 @gelu_op.register_fake
 def _gelu_fake(x, approximate, kernel):
-    return torch.empty_like(x), torch.empty_like(x, dtype=torch.bool)
+    return _empty(x), _empty(x, torch.bool)
 
 
 @torch.library.custom_op(f"{NAMESPACE}::gelu_backward", mutates_args=())
 def gelu_backward_op(grad_y: Tensor, y: Tensor, mask: Tensor, approximate: str,
                      kernel: str) -> Tensor:
-    return _KERNELS["gelu"][kernel].backward(grad_y, y, mask, approximate)
+    return _dense(_KERNELS["gelu"][kernel].backward(grad_y, y, mask, approximate))[0]
 
 
 @gelu_backward_op.register_fake
 def _gelu_backward_fake(grad_y, y, mask, approximate, kernel):
-    return torch.empty_like(y)
+    return _empty(y)
 
 
 def _gelu_setup(ctx, inputs, output):
@@ -89,8 +99,8 @@ def layer_norm_op(x: Tensor, normalized_shape: list[int], weight: Tensor | None,
         raise RuntimeError("memory-efficient LayerNorm under torch.compile needs a weight "
                            "without exact zeros (the input cannot be rebuilt from the "
                            "output); apply the plan without compile=True for this model")
-    y, rstd = _KERNELS["layer_norm"][kernel].forward(x, normalized_shape, weight, bias, eps)
-    return y, rstd
+    return _dense(*_KERNELS["layer_norm"][kernel].forward(x, normalized_shape, weight, bias,
+                                                          eps))
 
 
 @layer_norm_op.register_fake
@@ -98,7 +108,7 @@ def _layer_norm_fake(x, normalized_shape, weight, bias, eps, kernel):
     k = len(normalized_shape)
     stat = torch.empty(tuple(x.shape[:x.dim() - k]) + (1,) * k, dtype=_stat_dtype(x),
                        device=x.device)
-    return torch.empty_like(x), stat
+    return _empty(x), stat
 
 
 def _stat_dtype(x):
@@ -114,16 +124,15 @@ def layer_norm_backward_op(grad_y: Tensor, y: Tensor, rstd: Tensor, weight: Tens
                                            needs)
     # A schema cannot return None: a gradient nobody asked for comes back empty.
     empty = grad_y.new_empty(0)
-    return (gx if gx is not None else torch.zeros_like(y),
-            gw if gw is not None else empty, gb if gb is not None else empty)
+    return _dense(gx if gx is not None else torch.zeros_like(y),
+                  gw if gw is not None else empty, gb if gb is not None else empty)
 
 
 @layer_norm_backward_op.register_fake
 def _layer_norm_backward_fake(grad_y, y, rstd, weight, bias, normalized_shape, needs, kernel):
     empty = grad_y.new_empty(0)
-    return (torch.empty_like(y),
-            torch.empty_like(weight) if weight is not None and needs[1] else empty,
-            torch.empty_like(bias) if bias is not None and needs[2] else empty)
+    return (_empty(y), _empty(weight) if weight is not None and needs[1] else empty,
+            _empty(bias) if bias is not None and needs[2] else empty)
 
 
 def _layer_norm_setup(ctx, inputs, output):
