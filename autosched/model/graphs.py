@@ -49,18 +49,24 @@ def inductor_graph(gm, example_inputs, kind: str) -> Callable:
 
     The graph is traced again through inductor's decompositions first: AOTAutograd made
     it without them so that passes see the operators whole (softmax, layer norm, GELU),
-    and inductor lowers only the decomposed forms of those."""
+    and inductor lowers only the decomposed forms of those. Random operators (dropout) stay
+    aten's own generator calls (`fallback_random`): inductor replaces them by its fused
+    generator in a pass over the joint graph, before the split, which these graphs never
+    went through; inductor's lowering refuses them otherwise."""
     from contextlib import nullcontext
 
     from torch._guards import detect_fake_mode
+    from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    with detect_fake_mode(example_inputs) or nullcontext():
-        decomposed = make_fx(gm, decomposition_table=select_decomp_table())(*example_inputs)
-    return compile_fx_inner(decomposed, example_inputs, is_backward=kind == "backward",
-                            is_inference=kind == "inference")
+    with config.patch(fallback_random=True):
+        with detect_fake_mode(example_inputs) or nullcontext():
+            decomposed = make_fx(gm, decomposition_table=select_decomp_table())(
+                *example_inputs)
+        return compile_fx_inner(decomposed, example_inputs, is_backward=kind == "backward",
+                                is_inference=kind == "inference")
 
 
 def graph_compiler(name: str) -> Callable:
