@@ -18,13 +18,17 @@ from .graphs import aot_backend, scan
 @dataclass
 class ModelOp:
     """One kernel the model needs: a workload at one set of parameters, called `count`
-    times per step by the aten operators `ops` in the graphs `graphs`."""
+    times per step by the aten operators `ops` in the graphs `graphs`. `siblings`: the
+    keys of the tasks that compute the other outputs of those aten calls (a layer norm
+    backward's input, weight and bias gradients); the backend replaces the outputs of
+    one call together or not at all."""
 
     workload: str
     params: dict
     count: int = 0
     ops: Counter = field(default_factory=Counter)
     graphs: Counter = field(default_factory=Counter)
+    siblings: set = field(default_factory=set)
 
     @property
     def key(self) -> tuple:
@@ -53,11 +57,17 @@ def _group(scans) -> tuple[list[ModelOp], Counter, Counter]:
     for s in scans:
         graphs[s.kind] += 1
         uncovered.update(s.uncovered)
+        calls: dict[int, list[tuple]] = {}
         for m in s.matches:
             op = found.setdefault(m.key, ModelOp(m.workload, dict(m.params)))
             op.count += 1
             op.ops[m.op] += 1
             op.graphs[s.kind] += 1
+            if m.group is not None:
+                calls.setdefault(id(m.group), []).append(m.key)
+        for keys in calls.values():
+            for key in keys:
+                found[key].siblings.update(k for k in keys if k != key)
     return list(found.values()), uncovered, graphs
 
 

@@ -17,6 +17,7 @@ from search_space import SPACE_VERSION
 
 from ..errors import UserError
 from ..versions import current_versions
+from .choice import SPLIT_CALL
 
 
 @dataclass
@@ -85,7 +86,6 @@ def tune_model(path: str, config, train: bool = False, callbacks=()) -> ModelTun
     from ..runtime.modelfile import load_model_file
     from ..target import resolve_target
     from ..tuner import tune_tasks
-    from .choice import op_choices
     from .extract import extract
 
     model_ops = extract(load_model_file(path), train)
@@ -96,7 +96,7 @@ def tune_model(path: str, config, train: bool = False, callbacks=()) -> ModelTun
         measured = measure_baselines(model_ops, tasks, db, target, versions, config.measure)
     result = tune_tasks(tasks, config, callbacks, weights=[op.count for op in model_ops.ops])
     with open_database(config.database_url) as db:
-        choices = op_choices(model_ops, tasks, db, target, versions, baseline_threads(target))
+        choices = recorded_choices(model_ops, tasks, db, target, versions)
     return ModelTuneResult(model_ops, result, choices, measured)
 
 
@@ -115,7 +115,7 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     from ..db import DEFAULT_DB_URL, open_database
     from ..runtime.modelfile import load_model_file
     from ..target import resolve_target
-    from .choice import op_choices, write_choices
+    from .choice import write_choices
     from .extract import extract
 
     model_ops = extract(load_model_file(path), train)
@@ -123,8 +123,7 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     target = resolve_target(target_text)
     versions = current_versions(SPACE_VERSION)
     with open_database(db_url or DEFAULT_DB_URL) as db:
-        choices = exclude_ambiguous(tasks, op_choices(model_ops, tasks, db, target, versions,
-                                                      baseline_threads(target)))
+        choices = recorded_choices(model_ops, tasks, db, target, versions)
         if all(c.kernel_s is None for c in choices):
             raise UserError(f"no kernel of {path} is recorded in {db.url} for this target "
                             "and machine; run `autosched tune-model` first")
@@ -133,8 +132,9 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     if records:
         timed = _build_and_time(model_ops, tasks, choices, records, target, out_dir,
                                 side_by_side)
-        choices = [replace(c, call_s=timed[c.task_key][0], torch_call_s=timed[c.task_key][1])
-                   if c.task_key in timed else c for c in choices]
+        choices = exclude_split_calls(model_ops, [
+            replace(c, call_s=timed[c.task_key][0], torch_call_s=timed[c.task_key][1])
+            if c.task_key in timed else c for c in choices])
         winners = {c.task_key for c in choices if c.chosen == "autosched"}
         records = {k: r for k, r in records.items() if k in winners}
         if records:        # again: the library's metadata carries the times of the calls
@@ -142,6 +142,15 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     if not records:  # torch wins everywhere: no library, only the decisions
         _clear_library(out_dir)
     return write_choices(out_dir, path, train, choices), choices
+
+
+def recorded_choices(model_ops, tasks, db, target, versions) -> list:
+    """The decision for every task from the database's records (before export times the
+    calls), with the tasks the backend could not run on a kernel left to torch."""
+    from .choice import op_choices
+
+    return exclude_split_calls(model_ops, exclude_ambiguous(tasks, op_choices(
+        model_ops, tasks, db, target, versions, baseline_threads(target))))
 
 
 def exclude_ambiguous(tasks, choices) -> list:
@@ -163,6 +172,22 @@ def exclude_ambiguous(tasks, choices) -> list:
     return [c if c.chosen != "autosched" or i in kept else
             replace(c, excluded="another task of the workload takes the same shapes")
             for i, c in enumerate(choices)]
+
+
+def exclude_split_calls(model_ops, choices) -> list:
+    """A task chosen for a kernel stays torch's where its aten call has another output
+    that torch computes (the backend replaces a call's outputs together or not at all):
+    so the library and model_ops.json hold what the backend will run. `choices` follow
+    `model_ops.ops`."""
+    chosen = {op.key: c.chosen == "autosched" for op, c in zip(model_ops.ops, choices)}
+    while True:
+        split = {op.key for op in model_ops.ops if chosen[op.key]
+                 and not all(chosen.get(k, False) for k in op.siblings)}
+        if not split:
+            break
+        chosen.update(dict.fromkeys(split, False))
+    return [replace(c, excluded=SPLIT_CALL) if c.chosen == "autosched" and not chosen[op.key]
+            else c for op, c in zip(model_ops.ops, choices)]
 
 
 def _write(tasks, choices, records, target, out_dir) -> list:

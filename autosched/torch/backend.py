@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..model.aten_match import OpMatch
-from ..model.choice import CHOICES_NAME, read_choices
+from ..model.choice import CHOICES_NAME, SPLIT_CALL, read_choices
 from ..model.graphs import aot_backend, scan
 
 log = logging.getLogger("autosched.torch")
@@ -103,7 +103,7 @@ class AutoschedBackend:
                         if m.group is not None and chosen == "torch"}
         for m, chosen, reason in decided:
             if chosen == "autosched" and m.group is not None and id(m.group) in torch_groups:
-                chosen, reason = "torch", "another output of the operator stays torch"
+                chosen, reason = "torch", SPLIT_CALL
             self._note(Decision(kind, m.op, m.workload, _shape_text(m.params), chosen,
                                 reason))
             if chosen == "autosched":

@@ -47,3 +47,30 @@ def test_same_shapes_of_one_workload_keep_the_larger_saving():
     out = exclude_ambiguous(tasks + [mm], choices)
     assert [c.chosen for c in out] == ["torch", "autosched", "autosched"]
     assert "same shapes" in out[0].reason
+
+
+def test_a_kernel_whose_call_has_an_output_left_to_torch_stays_torch():
+    """The backend replaces an aten call's outputs together or not at all, so export
+    decides the same: one gradient of a layer norm backward left to torch keeps its
+    siblings on torch (and the exclusion spreads through a chain of siblings)."""
+    from autosched.model.choice import SPLIT_CALL
+    from autosched.model.extract import ModelOp, ModelOps
+    from autosched.model.tuning import exclude_split_calls
+
+    parts = ("input", "gamma", "beta")
+    ops = [ModelOp(f"aten_layer_norm_grad_{p}", {"M": 4, "N": 8}, 1) for p in parts]
+    ops.append(ModelOp("aten_mm", {"M": 4, "N": 8, "K": 8}, 1))
+    ops[0].siblings = {ops[1].key}
+    ops[1].siblings = {ops[0].key, ops[2].key}
+    ops[2].siblings = {ops[1].key}
+    model_ops = ModelOps("m.py", True, ops, None, None)
+
+    def choices(torch_wins):
+        return [_choice(op.workload, op.params, 1, 1e-9 if op.workload in torch_wins
+                        else 5e-6, 1e-6) for op in ops]
+
+    out = exclude_split_calls(model_ops, choices({"aten_layer_norm_grad_beta"}))
+    assert [c.chosen for c in out] == ["torch", "torch", "torch", "autosched"]
+    assert [c.reason for c in out[:2]] == [SPLIT_CALL] * 2
+    assert out[2].reason.startswith("torch recorded faster")
+    assert exclude_split_calls(model_ops, choices(set())) == choices(set())

@@ -55,8 +55,13 @@ def test_gpt_training_adds_backward_operators(model_file):
     # backward reads them, one kernel per gradient (input, gamma, beta) of each of the 3
     assert found.uncovered["aten.native_layer_norm"] == 3
     assert "aten.native_layer_norm_backward" not in found.uncovered
-    for part in ("input", "gamma", "beta"):
-        assert _get(ops, f"aten_layer_norm_grad_{part}", M=16, N=32).count == 3
+    grads = {part: _get(ops, f"aten_layer_norm_grad_{part}", M=16, N=32)
+             for part in ("input", "gamma", "beta")}
+    assert all(g.count == 3 for g in grads.values())
+    # the three come from one aten call: each names the other two, nothing else does
+    for part, g in grads.items():
+        assert g.siblings == {o.key for p, o in grads.items() if p != part}
+    assert not any(o.siblings for o in found.ops if o not in grads.values())
 
 
 def test_resnet_convolutions_fuse_bias_and_relu_only_without_batch_norm(model_file):
