@@ -52,8 +52,8 @@ def find_container(model: nn.Module, path: str | None = None) -> tuple[str, nn.M
                 best = (rank, name, mod)
     if best is None:
         raise UserError(f"{type(model).__name__} has no nn.ModuleList or nn.Sequential of "
-                        "layers; pass layers='<attribute>' naming the module whose "
-                        "children are the layers")
+                        "layers; name the module whose children are the layers (--layers ATTR, "
+                        "or layers='ATTR' in Python)")
     return best[1], best[2]
 
 
@@ -121,8 +121,8 @@ class CallCapture:
         for name, calls in self.calls.items():
             if len(calls) != 1:
                 raise UserError(f"layer {name} ran {len(calls)} times in one step; a plan "
-                                "needs every layer to run exactly once (pass layers= to pick "
-                                "another container)")
+                                "needs every layer to run exactly once (pick another container "
+                                "with --layers ATTR, or layers='ATTR' in Python)")
         return {name: calls[0] for name, calls in self.calls.items()}
 
 
