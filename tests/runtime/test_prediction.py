@@ -3,42 +3,34 @@
 What the planner decides on is how much slower a plan is than keeping everything; the test
 checks that prediction, the plan's step over the keep-everything step, against the same
 ratio measured side by side (planned and original steps alternate, so a slow spell of the
-shared machine slows both). An absolute step time read minutes after the profile moved by
-up to 44% late in a long suite on the CI machine (three false failures); the bench
+shared machine slows both). It runs in a fresh process (support/plan_slowdown.py): in the
+suite's long-lived process, late in a CI run, the profile and the steps after it disagreed
+by 30-44% (three false failures; alone the error is under 5%). The bench
 (bench/runtime_plans.py) checks the absolute 15% claim on the 6-layer GPT on a quiet
-machine. The profile takes the median of 7 runs; time is the calling thread's CPU time
-(torch runs on one thread here), which leaves out the threads earlier tests leave behind.
+machine. Time is the calling thread's CPU time, torch on one thread.
 """
 from __future__ import annotations
 
-import statistics
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-import autosched.runtime as rt
-from autosched.runtime.model_profile import profile_model
-from autosched.runtime.training_step import measure_step
+SCRIPT = Path(__file__).resolve().parents[1] / "support" / "plan_slowdown.py"
 
 
 @pytest.mark.parametrize("spec", ["40%", "25%"])
-def test_predicted_slowdown_over_keeping_everything_is_close(spec, gpt, bw_path):
-    model = gpt.make_model(n_layer=3, d_model=96, n_head=2, seq_len=48, vocab=64)
-    inputs = gpt.make_inputs(batch=4, seq_len=48, vocab=64)
-    prof = profile_model(model, inputs, gpt.loss_fn, repeats=7, clock="thread",
-                         actions=["keep", "memeff", "recompute", "selective"],
-                         bandwidth_path=bw_path)
-    plan = rt.plan(model, inputs, spec, gpt.loss_fn, profile=prof)
-    assert set(plan.actions) != {"keep"}, plan.actions       # the budget forces a trade
-    planned = rt.apply(model, plan)
-    kept, under_plan = [], []
-    for _ in range(4):
-        kept += measure_step(model, inputs, gpt.loss_fn, repeats=3, clock="thread").times_s
-        under_plan += measure_step(planned, inputs, gpt.loss_fn, repeats=3,
-                                   clock="thread").times_s
-    measured = statistics.median(under_plan) / statistics.median(kept)
-    predicted = plan.predicted["step_time_s"] / plan.reference["step_time_s"]
-    assert measured > 1.0 and predicted > 1.0, (plan.actions, predicted, measured)
-    assert abs(predicted - measured) / measured < 0.2, (plan.actions, predicted, measured)
+def test_predicted_slowdown_over_keeping_everything_is_close(spec, bw_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), spec, str(bw_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    actions, predicted, measured = got["actions"], got["predicted"], got["measured"]
+    assert set(actions) != {"keep"}, actions               # the budget forces a trade
+    assert measured > 1.0 and predicted > 1.0, (actions, predicted, measured)
+    assert abs(predicted - measured) / measured < 0.2, (actions, predicted, measured)
 
 
 def test_the_thread_clock_refuses_more_than_one_torch_thread():
