@@ -21,9 +21,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 from support.model_files import MODEL_FILE
 
 
-def write_model(directory: Path, name: str, model_config: dict, input_config: dict) -> Path:
+def write_model(directory: Path, name: str, model_config: dict, input_config: dict,
+                example: str | None = None) -> Path:
+    """bench_<name>.py in `directory`: examples/<example, default name>.py at a config."""
     path = directory / f"bench_{name}.py"
-    path.write_text(MODEL_FILE.format(example=str(ROOT / "examples" / f"{name}.py"),
+    path.write_text(MODEL_FILE.format(example=str(ROOT / "examples" / f"{example or name}.py"),
                                       model=model_config, inputs=input_config))
     return path
 

@@ -5,7 +5,8 @@
         [--device cuda --clock wall]
 
 Per model (GPT: 5 pre-norm blocks, width 192, 6 x 96 tokens; a residual MLP: 4 blocks,
-width 192, hidden 768, 512 rows; fp32), measured in the same run:
+width 192, hidden 768, 512 rows; gpt_gpu, for a GPU: 6 blocks, width 1024, 8 x 512 tokens;
+fp32), measured in the same run:
 
 * eager           the model as it is
 * compile@b       torch.compile with AOTAutograd's activation_memory_budget = b,
@@ -46,6 +47,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -85,7 +87,23 @@ MODELS = {   # examples/<name>.py: make_model(**first), make_inputs(**second)
     "gpt": ({"n_layer": 5, "d_model": 192, "n_head": 4, "seq_len": 96},
             {"batch": 6, "seq_len": 96}),
     "mlp": ({"n_layer": 4, "width": 192, "hidden": 768}, {"batch": 512, "width": 192}),
+    # GPU-sized (the device check's): offload's copies now compete with real compute
+    "gpt_gpu": ({"n_layer": 6, "d_model": 1024, "n_head": 16, "seq_len": 512},
+                {"batch": 8, "seq_len": 512}),
 }
+EXAMPLES = {"gpt_gpu": "gpt"}   # the example a model name other than its own runs
+
+
+class _Points(dict):
+    """One model's points; says when each is ready (compiling takes most of the run)."""
+
+    def __init__(self):
+        super().__init__()
+        self.started = time.monotonic()
+
+    def __setitem__(self, name, entry):
+        super().__setitem__(name, entry)
+        print(f"  {name} ready at {time.monotonic() - self.started:.0f} s", flush=True)
 
 
 def compiled(module, budget: float, inputs, loss_fn):
@@ -116,7 +134,8 @@ def compiled_plan(model, inputs, loss_fn, profile, budget, kernels, backend="ind
 def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
     """{name: (module, info)} for every point of one model; profiles: (eager, compiled,
     and with `tuned`, an autosched.torch.backend, compiled on its kernels)."""
-    points = {"eager": (model, {"method": "eager"})}
+    points = _Points()
+    points["eager"] = (model, {"method": "eager"})
     for b in COMPILE_BUDGETS:
         points[f"compile@{b:g}"] = (compiled(model, b, inputs, loss_fn),
                                     {"method": "compile", "budget": b})
@@ -183,18 +202,21 @@ def measure(points, inputs, loss_fn, rounds, steps, clock):
 
 
 def run_model(name, args, kernels, work: Path) -> list[dict]:
-    path = model_library.write_model(work, name, *MODELS[name])
+    path = model_library.write_model(work, name, *MODELS[name],
+                                       example=EXAMPLES.get(name))
     tuned = tuned_backend(path, work / name, args) if args.tune_trials else None
     spec = load_model_file(str(path))
     model, loss_fn = spec.model.to(args.device), spec.loss_fn
     inputs = tuple(x.to(args.device) for x in spec.inputs)
     backends = ["inductor"] + ([tuned] if tuned is not None else [])
+    started = time.monotonic()
     profiles = [profile_model(model, inputs, loss_fn, allow_offload=args.device != "cpu",
                               repeats=args.repeats, clock=args.clock, kernels=kernels,
                               compile=b is not None, backend=b or "inductor")
                 for b in [None, *backends]]          # eager, then compiled per backend
-    print(f"{name}: profiled eager and compiled ({', '.join(map(str, backends))}); eager "
-          f"saves {format_bytes(profiles[0].keep_saved_bytes)}", flush=True)
+    print(f"{name}: profiled eager and compiled ({', '.join(map(str, backends))}) in "
+          f"{time.monotonic() - started:.0f} s; eager saves "
+          f"{format_bytes(profiles[0].keep_saved_bytes)}", flush=True)
     points = build_points(model, inputs, loss_fn, profiles, kernels, tuned)
     saved, chosen_on, times = measure(points, inputs, loss_fn, args.rounds, args.steps,
                                       args.clock)

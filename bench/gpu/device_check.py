@@ -1,7 +1,7 @@
 """The H200 device check, in one call on the GPU machine (Python 3.12, torch, CUDA; no TVM
 compiler): everything it needs was built here by `prepare.py` into `bench/gpu/carry/`.
 
-    python bench/gpu/device_check.py --out $OUT [--budget-s 470]
+    python bench/gpu/device_check.py --out $OUT [--budget-s 540]
 
 1. every case bundle measured by `python -m autosched.measure.bundle DIR` (TVM's runtime
    libraries and the cp312 tvm-ffi wheel from the carry), then torch's kernel for the
@@ -11,10 +11,14 @@ compiler): everything it needs was built here by `prepare.py` into `bench/gpu/ca
    through the same runner: the first must be its own run_error, the rest measured;
 3. the torch-op library (linear + its gradient kernels) called as torch ops on a
    non-default stream and under autograd, against torch;
-4. `bench/runtime_plans.py --device cuda` (offload to pinned host memory for real);
+4. `bench/training_plans.py --device cuda` (plans against torch.compile's memory-budget
+   partitioner; offload to pinned host memory for real, torch.cuda.max_memory_allocated
+   per point) on the repository's GPT and a GPU-sized one (`--training-models`);
+5. `bench/runtime_plans.py --device cuda` (plans against hand-written checkpointing);
 
-and writes `device_check.json` into --out. Each step has its share of the budget and
-records its own error, so one failing step does not cost the others. Without a GPU it
+and writes `device_check.json` into --out after every step (the benches' JSON, plot and
+log beside it). Each step has its share of the budget, stops at it keeping what it
+finished, and records its own error, so one failing step does not cost the others. Without a GPU it
 checks the carry, says where it stops and exits 3.
 """
 from __future__ import annotations
@@ -56,12 +60,31 @@ def best_of(results: dict) -> tuple[str | None, float | None]:
     return cid, ok[cid]
 
 
-def measure_bundle(bundle: Path, env: dict, timeout: float) -> dict:
+def run_bounded(cmd: list[str], env: dict, timeout: float, log: Path | None = None) -> dict:
+    """Run `cmd` for at most `timeout` seconds; its exit code (None when stopped at the
+    limit: what it wrote so far stays), seconds and output tails. With `log`, the output
+    goes there as it comes (a run stopped at the limit still shows how far it got)."""
     start = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "autosched.measure.bundle", str(bundle)],
-                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    return {"rc": out.returncode, "seconds": time.monotonic() - start,
-            "stdout_tail": out.stdout[-1500:], "stderr_tail": out.stderr[-1500:]}
+    sink = open(log, "w") if log else subprocess.PIPE
+    try:
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            out, _ = proc.communicate()
+    finally:
+        if log:
+            sink.close()
+    text = log.read_text() if log else out
+    return {"command": " ".join(cmd[1:]), "rc": proc.returncode if proc.returncode >= 0
+            else None, "seconds": time.monotonic() - start, "output_tail": text[-3000:]}
+
+
+def measure_bundle(bundle: Path, env: dict, timeout: float) -> dict:
+    return run_bounded([sys.executable, "-m", "autosched.measure.bundle", str(bundle)], env,
+                       timeout)
 
 
 def case_inputs(bundle: Path) -> list:
@@ -135,16 +158,19 @@ def check_torch_ops() -> dict:
             "passed": all(e < 1e-3 for e in errors.values())}
 
 
-def check_runtime_plans(out_dir: Path, env: dict, timeout: float) -> dict:
-    path = out_dir / "runtime_plans_cuda.json"
-    cmd = [sys.executable, "bench/runtime_plans.py", "--device", "cuda", "--clock", "wall",
+def check_bench(script: str, args: list[str], out_dir: Path, env: dict,
+                timeout: float) -> dict:
+    """bench/`script` --device cuda --clock wall ARGS --json OUT/<name>_cuda.json; its log
+    in OUT/<name>_cuda.log. The bench writes its JSON as it goes (after each model), so
+    a run stopped at the limit keeps what it finished."""
+    name = Path(script).stem
+    path = out_dir / f"{name}_cuda.json"
+    cmd = [sys.executable, f"bench/{script}", "--device", "cuda", "--clock", "wall", *args,
            "--json", str(path)]
-    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
-    row = {"command": " ".join(cmd[1:]), "rc": done.returncode,
-           "table": done.stdout[-6000:], "stderr_tail": done.stderr[-1500:]}
+    row = run_bounded(cmd, env, timeout, log=out_dir / f"{name}_cuda.log")
     if path.exists():
-        row["rows"] = json.loads(path.read_text()).get("rows")
+        data = json.loads(path.read_text())
+        row.update({k: data[k] for k in ("rows", "verdicts") if k in data})
     return row
 
 
@@ -162,14 +188,19 @@ def device_info() -> dict:
     return info
 
 
-def step(results: dict, name: str, fn, *args) -> None:
+def step(report: dict, name: str, fn, *args) -> None:
+    """One step into report["results"][name]; the report is written after every step,
+    so a call stopped at its limit keeps the steps it finished."""
     start = time.monotonic()
+    results = report.setdefault("results", {})
     try:
         results[name] = fn(*args)
     except Exception as e:  # one step's failure is recorded; the others still run
         results[name] = {"error": f"{type(e).__name__}: {e}",
                          "traceback": traceback.format_exc()[-3000:]}
     results[name]["step_seconds"] = time.monotonic() - start
+    (Path(report["out_dir"]) / "device_check.json").write_text(json.dumps(report, indent=1)
+                                                               + "\n")
     print(f"{name}: {time.monotonic() - start:.0f} s", flush=True)
 
 
@@ -188,13 +219,18 @@ def preflight() -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--budget-s", type=float, default=470.0)
+    ap.add_argument("--budget-s", type=float, default=540.0,
+                    help="the whole check's seconds: the kernel cases get 25%%, the "
+                         "training-plans bench 50%%, the runtime-plans bench the rest")
+    ap.add_argument("--training-models", default="gpt_gpu,gpt",
+                    help="--models of bench/training_plans.py")
     args = ap.parse_args(argv)
+    started = time.monotonic()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     prepared = preflight()
     print(carry.describe(), flush=True)
-    report = {"prepared": prepared, "device": device_info()}
+    report = {"prepared": prepared, "device": device_info(), "out_dir": str(out_dir)}
     if not report["device"]["cuda_available"]:
         print("device check: the carry is complete; no GPU here, so it stops before "
               "measuring (run it on the GPU machine)")
@@ -203,17 +239,18 @@ def main(argv=None) -> int:
     sys.path[:0] = [p for p in env["PYTHONPATH"].split(os.pathsep) if p]
     os.environ["LD_LIBRARY_PATH"] = env["LD_LIBRARY_PATH"]
     cases = [c for c in CASES if c.name in prepared["cases"]]
-    share = args.budget_s * 0.6 / max(1, len(cases))
-    results: dict = {}
+    share = args.budget_s * 0.25 / max(1, len(cases))
     for case in cases:
-        step(results, case.name, check_case, case, env, share)
-    step(results, "faults", check_faults, env, prepared, 40)
-    step(results, "torch_ops", check_torch_ops)
-    step(results, "runtime_plans", check_runtime_plans, out_dir, env, args.budget_s * 0.25)
-    report["results"] = results
-    (out_dir / "device_check.json").write_text(json.dumps(report, indent=1) + "\n")
+        step(report, case.name, check_case, case, env, share)
+    step(report, "faults", check_faults, env, prepared, 30)
+    step(report, "torch_ops", check_torch_ops)
+    step(report, "training_plans", check_bench, "training_plans.py",
+         ["--models", args.training_models, "--png", str(out_dir / "training_plans_cuda.png")],
+         out_dir, env, args.budget_s * 0.5)
+    step(report, "runtime_plans", check_bench, "runtime_plans.py", [], out_dir, env,
+         max(30.0, args.budget_s - (time.monotonic() - started)))
     for case in cases:
-        r = results[case.name]
+        r = report["results"][case.name]
         if "ratio_vs_torch" in r:
             print(f"{case.name}: autosched {r['autosched_s'] * 1e3:.3f} ms, torch "
                   f"{r['torch']['median_s'] * 1e3:.3f} ms, ratio {r['ratio_vs_torch']:.2f}")
