@@ -12,9 +12,11 @@ slots, so the policy reports each of them to the active memory meters itself.
 from __future__ import annotations
 
 import functools
+import inspect
 
 import torch
-from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,
+import torch.utils._pytree as pytree
+from torch.utils.checkpoint import (CheckpointPolicy, SelectiveCheckpointContext, checkpoint,
                                     create_selective_checkpoint_contexts)
 
 from .meter import report_saved
@@ -46,6 +48,11 @@ def _context_fn(policy):
     return create_selective_checkpoint_contexts(policy)
 
 
+# Older torch (2.11) calls the policy before the op runs, with no ctx.op_output: there the
+# outputs the policy saved are read from the forward mode's cache once the forward is done.
+POLICY_SEES_OUTPUT = "op_output" in inspect.signature(SelectiveCheckpointContext).parameters
+
+
 def selective_checkpoint(fn, *args, policy=save_compute_heavy, report: bool = True, **kwargs):
     """`fn(*args, **kwargs)` with per-op selective recomputation under `policy`.
 
@@ -54,9 +61,39 @@ def selective_checkpoint(fn, *args, policy=save_compute_heavy, report: bool = Tr
     saves those outputs through autograd's slots, which the meters' hooks see: there
     `report=False`, and the policy must be traceable (it is called on fake tensors).
     """
-    chosen = _reporting(policy) if report else policy
+    if not report:
+        return checkpoint(fn, *args, use_reentrant=False,
+                          context_fn=functools.partial(_context_fn, policy), **kwargs)
+    if POLICY_SEES_OUTPUT:
+        return checkpoint_reporting_outputs(fn, *args, policy=policy, **kwargs)
+    return checkpoint_reporting_cache(fn, *args, policy=policy, **kwargs)
+
+
+def checkpoint_reporting_outputs(fn, *args, policy, **kwargs):
+    """Selective checkpointing whose policy reports each output it saves (ctx.op_output)."""
     return checkpoint(fn, *args, use_reentrant=False,
-                      context_fn=functools.partial(_context_fn, chosen), **kwargs)
+                      context_fn=functools.partial(_context_fn, _reporting(policy)), **kwargs)
+
+
+def checkpoint_reporting_cache(fn, *args, policy, **kwargs):
+    """Selective checkpointing that reports what its cache holds after the forward."""
+    modes = []
+
+    def context_fn():
+        forward, recompute = create_selective_checkpoint_contexts(policy)
+        modes.append(forward)
+        return forward, recompute
+    out = checkpoint(fn, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+    for mode in modes:
+        storage = getattr(mode, "storage", None)
+        if storage is None:
+            raise RuntimeError("this torch's selective checkpointing keeps its cache where "
+                               "autosched cannot count it")
+        for leaf in pytree.tree_leaves(list(storage.values())):
+            t = getattr(leaf, "val", leaf)      # the cache wraps each output
+            if isinstance(t, torch.Tensor):
+                report_saved(t)
+    return out
 
 
 def full_checkpoint(fn, *args, **kwargs):

@@ -9,8 +9,9 @@ The meter sees saved tensors through `torch.autograd.graph.saved_tensors_hooks`,
 outermost around the forward pass. Two mechanisms hold tensors for backward outside the
 saved-tensor slots that hooks see, and report them here themselves:
 
-* selective checkpointing caches op outputs in its dispatch mode (reported by the policy
-  wrapper in `checkpointing.py`, from `SelectiveCheckpointContext.op_output`);
+* selective checkpointing caches op outputs in its dispatch mode (reported in
+  `checkpointing.py`: by the policy from `SelectiveCheckpointContext.op_output`, or on
+  older torch from the cache after the forward);
 * offloading replaces a saved tensor by a host copy inside its own, inner hooks
   (reported by `offload.py` as host bytes).
 

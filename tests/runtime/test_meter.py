@@ -1,12 +1,21 @@
 """The saved-activation meter counts exactly the storages autograd holds for backward."""
 from __future__ import annotations
 
+import copy
+
+import pytest
 import torch
 from torch import nn
 
 from autosched.runtime.meter import SavedTensorMeter, model_state
 from autosched.runtime.offload import LayerOffload
-from autosched.runtime.checkpointing import full_checkpoint, selective_checkpoint
+from autosched.runtime.checkpointing import (
+    checkpoint_reporting_cache,
+    checkpoint_reporting_outputs,
+    full_checkpoint,
+    save_compute_heavy,
+    selective_checkpoint,
+)
 
 
 def _block():
@@ -52,6 +61,25 @@ def test_selective_policy_reports_its_cached_matmul_output():
     ref = _block()
     ref(x.detach().requires_grad_()).sum().backward()
     torch.testing.assert_close(m[0].weight.grad, ref[0].weight.grad)
+
+
+@pytest.mark.parametrize("reporting", [checkpoint_reporting_outputs,
+                                       checkpoint_reporting_cache])
+def test_both_ways_of_reporting_the_policy_cache_count_the_same(reporting):
+    """The policy's own report (torch with ctx.op_output) and the cache read after the
+    forward (older torch, e.g. the GPU machine's 2.11) count the same bytes."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 96), nn.Tanh())
+    x = torch.randn(32, 64, requires_grad=True)
+    meter, out = metered(m, lambda: reporting(m, x, policy=save_compute_heavy))
+    # the input + both addmm outputs the policy keeps; GELU and tanh recomputed
+    assert meter.device_bytes == 32 * 64 * 4 + 32 * 128 * 4 + 32 * 96 * 4
+    out.sum().backward()
+    ref = copy.deepcopy(m)
+    for p in ref.parameters():
+        p.grad = None
+    ref(x.detach()).sum().backward()
+    torch.testing.assert_close(m[2].weight.grad, ref[2].weight.grad)
 
 
 def test_offloaded_tensors_count_as_host_bytes():
