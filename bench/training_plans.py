@@ -48,6 +48,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -149,8 +150,8 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
                                       {"method": "plan", **_info(p, spec, budget)})
             p, run, limit = compiled_plan(model, inputs, loss_fn, compiled_prof, budget,
                                           kernels)
-        except UserError as e:
-            print(f"plan@{spec}: {e}")
+        except Exception as e:    # one point's failure is reported; the others still run
+            _failed(f"plan@{spec}", e)
             continue
         points[f"plan+compile@{spec}"] = (run, {"method": "plan+compile", "limit_bytes": limit,
                                                 **_info(p, spec, budget)})
@@ -164,9 +165,13 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
     cores = [layer.attention_cores for layer in compiled_prof.layers]
     print(f"memory-efficient forms for the partitioner: {hybrid}", flush=True)
     for b in HYBRID_BUDGETS if set(hybrid) != {"keep"} else ():  # else: = compile@b
-        run = compile_planned(model, hybrid, kernels, memory_budget=b,
-                              layers=compiled_prof.container, attention_cores=cores)
-        training_step(run, inputs, loss_fn)
+        try:
+            run = compile_planned(model, hybrid, kernels, memory_budget=b,
+                                  layers=compiled_prof.container, attention_cores=cores)
+            training_step(run, inputs, loss_fn)
+        except Exception as e:
+            _failed(f"memeff+partitioner@{b:g}", e)
+            continue
         points[f"memeff+partitioner@{b:g}"] = (run, {"method": "memeff+partitioner",
                                                      "budget": b, "actions": hybrid})
     for b in HYBRID_BUDGETS if tuned is not None else ():
@@ -175,6 +180,14 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
         points[f"kernels+partitioner@{b:g}"] = (run, {"method": "kernels+partitioner",
                                                       "budget": b})
     return points
+
+
+def _failed(point: str, e: Exception) -> None:
+    """Say why a point is missing (a plan that does not fit: one line; else the trace)."""
+    if isinstance(e, UserError):
+        print(f"{point}: {e}", flush=True)
+    else:
+        print(f"{point} failed:\n{traceback.format_exc()}", flush=True)
 
 
 def _info(p, spec, budget) -> dict:
@@ -186,8 +199,14 @@ def measure(points, inputs, loss_fn, rounds, steps, clock):
     """Saved bytes (one metered step) and two medians over interleaved rounds: of the
     first half of the rounds (what choices are made on) and of the second (what is
     reported), so a choice's luck in its own measurement does not flatter the report."""
-    saved = {k: measure_step(m, inputs, loss_fn, repeats=1, warmup=1, clock=clock).saved_bytes
-             for k, (m, _) in points.items()}
+    saved = {}
+    for k, (m, _) in list(points.items()):
+        try:
+            saved[k] = measure_step(m, inputs, loss_fn, repeats=1, warmup=1,
+                                    clock=clock).saved_bytes
+        except Exception as e:       # measured no further; the others still are
+            _failed(k, e)
+            del points[k]
     times = {k: [] for k in points}
     for _ in range(rounds):
         for k, (m, _) in points.items():

@@ -65,6 +65,7 @@ class _Stored:
 
     def __init__(self, original: torch.Tensor):
         self.original = original          # uint8 view of the whole device storage
+        self.home = original.device       # where backward wants it back
         self.host = None
         self.device = None                # the prefetched copy
         self.event = None
@@ -72,9 +73,11 @@ class _Stored:
         self.unpacked = 0
 
     def to_host(self, stream, pool: HostPool) -> None:
+        """Copy to host memory: on CUDA on `stream` (None: the current stream)."""
         src = self.original
         self.host = pool.take(src.numel(), pin=src.is_cuda)   # a separate tensor
         if src.is_cuda:
+            stream = stream or torch.cuda.current_stream(src.device)
             stream.wait_stream(torch.cuda.current_stream(src.device))
             with torch.cuda.stream(stream):
                 self.host.copy_(src, non_blocking=True)
@@ -90,6 +93,7 @@ class _Stored:
         self.original = None
 
     def to_device(self, stream) -> None:
+        """Start the copy back: on CUDA on `stream` (None: the current stream)."""
         if self.device is not None:
             return
         if self.host is None:
@@ -98,10 +102,11 @@ class _Stored:
         if self.original is not None:     # never released (the copy was not needed yet)
             self.device = self.original
             return
-        if self.host.device.type == "cpu" and stream is not None:
-            device = stream.device
+        if self.home.type == "cuda":
+            stream = stream or torch.cuda.current_stream(self.home)
             with torch.cuda.stream(stream):
-                self.device = torch.empty(self.host.numel(), dtype=torch.uint8, device=device)
+                self.device = torch.empty(self.host.numel(), dtype=torch.uint8,
+                                          device=self.home)
                 self.device.copy_(self.host, non_blocking=True)
                 self.event = torch.cuda.Event()
                 self.event.record(stream)
@@ -183,11 +188,18 @@ class LayerOffload:
             entry.to_device(self.streams[1] if self.streams else None)
 
 
-def make_streams(device: torch.device):
-    """Side streams for a CUDA device (None on the CPU)."""
-    if device.type != "cuda":
-        return None
-    return torch.cuda.Stream(device), torch.cuda.Stream(device)
+class SideStreams:
+    """The (offload, prefetch) side streams of a CUDA device, made on first use; None on
+    the CPU."""
+
+    def __init__(self):
+        self._streams = None
+
+    def get(self, device: torch.device):
+        if self._streams is None:
+            self._streams = ((torch.cuda.Stream(device), torch.cuda.Stream(device))
+                             if device.type == "cuda" else ())
+        return self._streams or None
 
 
 class OffloadSchedule:
@@ -203,12 +215,7 @@ class OffloadSchedule:
         self.n_layers = n_layers
         self.live: dict[int, LayerOffload] = {}
         self.pool = HostPool()
-        self._streams = None
-
-    def streams(self, device):
-        if self._streams is None:
-            self._streams = make_streams(device) or ()
-        return self._streams or None
+        self.side_streams = SideStreams()
 
     def forward_end(self, index: int, output) -> None:
         prev = self.live.get(index - 1)

@@ -21,7 +21,8 @@ from .layers import tensors_in
 from .memeff import TORCH_GELU, TORCH_LAYER_NORM, swap_memeff
 from .meter import storage_key
 from .module_tree import clone_structure, replace_submodule
-from .offload import HostPool, LayerOffload, OffloadSchedule, prefetch_on_backward
+from .offload import (HostPool, LayerOffload, OffloadSchedule, SideStreams,
+                      prefetch_on_backward)
 
 
 @torch.compiler.disable(recursive=True)
@@ -76,6 +77,7 @@ class PlannedLayer(nn.Module):
         self._action = action
         self._schedule = schedule
         self._pool = schedule.pool if schedule is not None else HostPool()
+        self._streams = schedule.side_streams if schedule is not None else SideStreams()
         self._offload_factory = offload_factory
 
     def forward(self, *args, **kwargs):
@@ -99,8 +101,7 @@ class PlannedLayer(nn.Module):
         state = [*self.body.parameters(), *self.body.buffers()]
         excluded = {storage_key(t) for t in state}
         device = next((t.device for t in tensors_in(list(args))), torch.device("cpu"))
-        streams = self._schedule.streams(device) if self._schedule is not None else None
-        off = self._offload_factory(excluded, streams, self._pool)
+        off = self._offload_factory(excluded, self._streams.get(device), self._pool)
         with off.hooks():
             out = self.body(*args, **kwargs)
         off.end_forward(release=self._schedule is None)
