@@ -102,3 +102,25 @@ def test_offload_copies_exactly_what_keep_saves_but_no_parameters(tiny_gpt):
     small = sum(s.nbytes for s in keep.storages.values() if s.nbytes < 1024)
     assert sum(e.host.numel() for e in off.entries) == keep.device_bytes - small
     out.sum().backward()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("side_streams", [False, True])
+def test_cuda_offload_comes_back_to_the_gpu_with_or_without_side_streams(side_streams):
+    """A layer profiled on its own has no schedule: its copies run on the current stream
+    (or streams of its own) and backward gets device tensors back (the H200 profile died
+    here before: no stream was passed)."""
+    from autosched.runtime.offload import SideStreams
+
+    x = torch.randn(256, 256, device="cuda", requires_grad=True)
+    streams = SideStreams().get(x.device) if side_streams else None
+    off = LayerOffload(set(), streams=streams)
+    with off.hooks():
+        z = x.exp().sin().sum()
+    off.end_forward(release=True)
+    assert off.entries and all(e.host.device.type == "cpu" and e.host.is_pinned()
+                               for e in off.entries)
+    off.prefetch()
+    assert all(e.device.device == x.device for e in off.entries)
+    z.backward()
+    torch.testing.assert_close(x.grad, torch.exp(x.detach()) * torch.cos(torch.exp(x.detach())))
