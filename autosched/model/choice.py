@@ -20,6 +20,11 @@ CHOICES_FORMAT = 1
 SPLIT_CALL = "another output of the operator stays torch"
 
 
+def shape_text(params: dict) -> str:
+    """A task's shape parameters as the tables and the backend's decisions show them."""
+    return ",".join(f"{k}={v}" for k, v in params.items() if k != "dtype")
+
+
 @dataclass(frozen=True)
 class OpChoice:
     """One task of a model: where it comes from, both latencies and the decision."""
@@ -75,7 +80,7 @@ class OpChoice:
 
     @property
     def shape(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in self.params.items() if k != "dtype")
+        return shape_text(self.params)
 
     def to_json(self) -> dict:
         return {"workload": self.workload, "params": dict(self.params), "count": self.count,

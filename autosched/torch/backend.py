@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..model.aten_match import OpMatch
-from ..model.choice import CHOICES_NAME, SPLIT_CALL, read_choices
+from ..model.choice import CHOICES_NAME, SPLIT_CALL, read_choices, shape_text
 from ..model.graphs import aot_backend, scan
 
 log = logging.getLogger("autosched.torch")
@@ -47,10 +47,6 @@ class Decision:
     shape: str
     chosen: str      # autosched | torch
     reason: str
-
-
-def _shape_text(params: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in params.items() if k != "dtype")
 
 
 class AutoschedBackend:
@@ -104,7 +100,7 @@ class AutoschedBackend:
         for m, chosen, reason in decided:
             if chosen == "autosched" and m.group is not None and id(m.group) in torch_groups:
                 chosen, reason = "torch", SPLIT_CALL
-            self._note(Decision(kind, m.op, m.workload, _shape_text(m.params), chosen,
+            self._note(Decision(kind, m.op, m.workload, shape_text(m.params), chosen,
                                 reason))
             if chosen == "autosched":
                 self._replace(gm.graph, m, self.kernels[m.key])
