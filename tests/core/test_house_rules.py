@@ -32,6 +32,9 @@ ALLOWED_DUCK_TYPING = {
                                "getattr(torch.ops, NAMESPACE)": "torch's op namespaces"},
     "autosched/torch/reference.py": {"module": "the user's reference module",
                                      "override": "the user's reference function"},
+    "autosched/runtime/checkpointing.py": {
+        "mode": "torch's selective-checkpoint dispatch mode (its cache, on torch 2.11)",
+        "leaf": "that cache's entries wrap each output"},
     "autosched/runtime/memeff/functions.py": {"weight": "a cache on a torch tensor"},
     "autosched/runtime/module_tree.py": {"module": "torch nn.Module hook dicts"},
     "search_space/analysis.py": {"stmt": "TVM statement nodes", "expr": "TVM expression nodes"},
