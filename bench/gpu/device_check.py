@@ -37,7 +37,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
+sys.path.insert(0, str(HERE.parent))
+
 import carry  # noqa: E402
+import provenance  # noqa: E402
 from cases import CASES, TORCH_PEERS  # noqa: E402
 
 
@@ -199,8 +202,9 @@ def step(report: dict, name: str, fn, *args) -> None:
         results[name] = {"error": f"{type(e).__name__}: {e}",
                          "traceback": traceback.format_exc()[-3000:]}
     results[name]["step_seconds"] = time.monotonic() - start
-    (Path(report["out_dir"]) / "device_check.json").write_text(json.dumps(report, indent=1)
-                                                               + "\n")
+    provenance.write_json(Path(report["out_dir"]) / "device_check.json",
+                          {k: v for k, v in report.items() if k != "provenance"},
+                          report["provenance"])
     print(f"{name}: {time.monotonic() - start:.0f} s", flush=True)
 
 
@@ -257,8 +261,10 @@ def main(argv=None) -> int:
     except ValueError as e:
         ap.error(str(e))
     print(carry.describe(), flush=True)
-    report = {"prepared": prepared, "device": device_info(), "out_dir": str(out_dir),
-              "command": " ".join(sys.argv), "steps": steps}
+    report = {"provenance": provenance.stamp(seed=prepared["provenance"]["seed"],
+                                             argv=argv and [__file__, *argv]),
+              "prepared": prepared, "device": device_info(), "out_dir": str(out_dir),
+              "steps": steps}
     if not report["device"]["cuda_available"]:
         print("device check: the carry is complete; no GPU here, so it stops before "
               "measuring (run it on the GPU machine)")

@@ -32,3 +32,17 @@ def test_a_step_stopped_at_its_limit_keeps_what_it_printed(tmp_path):
     assert "first model done" in log.read_text() and "first model done" in row["output_tail"]
     done = device_check.run_bounded([sys.executable, "-c", "raise SystemExit(4)"], None, 30)
     assert done["rc"] == 4
+
+
+def test_every_step_rewrites_the_stamped_report_and_a_failing_step_costs_only_itself(
+        tmp_path):
+    import json
+
+    report = {"provenance": device_check.provenance.stamp(seed=0, argv=["bench/gpu/x.py"]),
+              "out_dir": str(tmp_path)}
+    device_check.step(report, "broken", lambda: 1 / 0)
+    device_check.step(report, "fine", lambda: {"passed": True})
+    data = json.loads((tmp_path / "device_check.json").read_text())
+    assert list(data)[0] == "provenance" and data["provenance"]["seed"] == 0
+    assert data["results"]["broken"]["error"].startswith("ZeroDivisionError")
+    assert data["results"]["fine"]["passed"] is True
