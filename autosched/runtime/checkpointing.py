@@ -44,8 +44,10 @@ def _reporting(policy):
     return wrapped
 
 
-def _context_fn(policy):
-    return create_selective_checkpoint_contexts(policy)
+def _checkpoint_under(policy, fn, *args, **kwargs):
+    return checkpoint(fn, *args, use_reentrant=False,
+                      context_fn=functools.partial(create_selective_checkpoint_contexts, policy),
+                      **kwargs)
 
 
 # Older torch (2.11) calls the policy before the op runs, with no ctx.op_output: there the
@@ -62,8 +64,7 @@ def selective_checkpoint(fn, *args, policy=save_compute_heavy, report: bool = Tr
     `report=False`, and the policy must be traceable (it is called on fake tensors).
     """
     if not report:
-        return checkpoint(fn, *args, use_reentrant=False,
-                          context_fn=functools.partial(_context_fn, policy), **kwargs)
+        return _checkpoint_under(policy, fn, *args, **kwargs)
     if POLICY_SEES_OUTPUT:
         return checkpoint_reporting_outputs(fn, *args, policy=policy, **kwargs)
     return checkpoint_reporting_cache(fn, *args, policy=policy, **kwargs)
@@ -71,8 +72,7 @@ def selective_checkpoint(fn, *args, policy=save_compute_heavy, report: bool = Tr
 
 def checkpoint_reporting_outputs(fn, *args, policy, **kwargs):
     """Selective checkpointing whose policy reports each output it saves (ctx.op_output)."""
-    return checkpoint(fn, *args, use_reentrant=False,
-                      context_fn=functools.partial(_context_fn, _reporting(policy)), **kwargs)
+    return _checkpoint_under(_reporting(policy), fn, *args, **kwargs)
 
 
 def checkpoint_reporting_cache(fn, *args, policy, **kwargs):

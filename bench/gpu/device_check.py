@@ -18,8 +18,8 @@ compiler): everything it needs was built here by `prepare.py` into `bench/gpu/ca
 
 and writes `device_check.json` into --out after every step (the benches' JSON, plot and
 log beside it). Each step has its share of the budget, stops at it keeping what it
-finished, and records its own error, so one failing step does not cost the others. Without a GPU it
-checks the carry, says where it stops and exits 3.
+finished, and records its own error, so one failing step does not cost the others.
+Without a GPU it checks the carry, says where it stops and exits 3.
 """
 from __future__ import annotations
 
@@ -35,9 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-
-sys.path.insert(0, str(HERE.parent))
+sys.path[:0] = [str(HERE), str(HERE.parent)]        # cases, carry; then provenance
 
 import carry  # noqa: E402
 import provenance  # noqa: E402
