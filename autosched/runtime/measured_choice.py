@@ -10,12 +10,14 @@ plain: the smaller plan also fits the larger budget, so it is the better choice 
 returns, for each entry, the index of the plan to use at its budget: the measured-fastest
 among the plans whose measured saved bytes fit that budget. The chosen times then never
 rise as the budget grows. `fit_by_measurement` checks an applied plan's measured bytes
-against its budget and solves again below it where they exceed it. (No torch here: the
-measurements come from the caller.)
+against its budget and solves again with the limit moved by the measured error: below it
+where they exceed it, above it where the plan leaves part of the budget unused. (No torch
+here: the measurements come from the caller.)
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -38,24 +40,51 @@ def inversions(plans: list[MeasuredPlan], tolerance: float = 0.0) -> list[tuple[
             if q.budget_bytes < p.budget_bytes and p.time_s > q.time_s * (1 + tolerance)]
 
 
-def fit_by_measurement(make, measure, budget_bytes: int, attempts: int = 3):
-    """A plan whose *measured* saved bytes fit `budget_bytes`, and those bytes.
+class Fit(NamedTuple):
+    plan: object              # what solve() returned
+    runnable: object          # what build() made of it
+    saved_bytes: int          # its measured saved-activation bytes
+    limit_bytes: int          # the limit it was solved for
 
-    make(limit_bytes) -> (plan, runnable) solves and applies a plan for a limit;
-    measure(runnable) -> saved bytes measures it. Where a compiler saves a little more
-    than the profile said (a partitioner's own choices), the limit is lowered by the
-    measured excess and the plan made again, at most `attempts` times. Returns (plan,
-    runnable, saved bytes, limit used); saved may still exceed the budget after the
-    last attempt, which the caller reports.
+
+def fit_by_measurement(solve, build, measure, budget_bytes: int, attempts: int = 3,
+                       key=lambda plan: tuple(plan.actions)) -> Fit:
+    """A plan whose *measured* saved bytes fit `budget_bytes`, using what of the budget
+    the measurement shows is left.
+
+    solve(limit_bytes) -> plan solves for a limit; build(plan) -> runnable applies (and
+    compiles) it; measure(runnable) -> saved bytes. A compiler saves a little more or less
+    than the per-layer profile predicts (the partitioner keeps a tensor the profile did not
+    see, or drops one a layer alone had to keep), so each attempt moves the limit by the
+    measured error: down by the excess where the plan measured over the budget, up by the
+    slack where it measured under it (a plan for the higher limit may use the memory the
+    prediction overcounted), never to a limit whose plan measured over. A plan already
+    built (same `key`) is not built again: the search stops there, as it does after
+    `attempts` builds or where a raised limit's plan does not fit. Returns the fitting plan solved for the highest limit, else the last
+    one built (over its budget: the caller reports it).
     """
-    limit = int(budget_bytes)
+    limit, best, last, seen = int(budget_bytes), None, None, set()
+    ceiling = None                         # the lowest limit whose plan measured over
     for _ in range(attempts):
-        plan, run = make(limit)
-        saved = measure(run)
-        if saved <= budget_bytes:
+        plan = solve(limit)
+        if key(plan) in seen:
             break
-        limit -= saved - budget_bytes
-    return plan, run, saved, limit
+        seen.add(key(plan))
+        run = build(plan)
+        last = Fit(plan, run, measure(run), limit)
+        if last.saved_bytes > budget_bytes:
+            if best is not None:           # the raised limit overshot: keep what fitted
+                break
+            ceiling = limit
+            limit -= last.saved_bytes - budget_bytes
+            continue
+        best = last
+        limit += budget_bytes - last.saved_bytes
+        if ceiling is not None:
+            limit = min(limit, ceiling - 1)
+        if limit <= last.limit_bytes:
+            break
+    return best or last
 
 
 def fastest_within(plans: list[MeasuredPlan], budget_bytes: int) -> int | None:
