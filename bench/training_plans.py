@@ -14,8 +14,9 @@ fp32), measured in the same run:
 * plan@p          our plan for p of eager's saved-activation bytes, p in {100, 60, 40, 25}%,
                   applied eagerly (autosched.runtime.apply)
 * plan+compile@p  a plan applied for compilation (apply(..., compile=True)), then
-                  torch.compile at the default budget; where the compiled graph measures over
-                  the budget the plan is solved again below it (fit_by_measurement)
+                  torch.compile at the default budget; solved again with the limit moved by
+                  the compiled graph's measured error (below the budget where it measures
+                  over, above where it leaves part unused: fit_by_measurement)
 * memeff+partitioner@b  every memory-efficient form (compiled_plans.hybrid_actions) and
                   AOTAutograd's partitioner at budget b over the rest, b in {1 .. 0.1}
 * with --tune-trials N: the model's training-step operators tuned first (`autosched
@@ -60,6 +61,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import model_library
 import provenance
+from peers import interleaved
 from runtime_plans import grad_error
 from training_plans_report import consistent_rows, plot, report, verdicts
 
@@ -117,19 +119,21 @@ def compiled(module, budget: float, inputs, loss_fn):
 
 def compiled_plan(model, inputs, loss_fn, profile, budget, kernels, backend="inductor"):
     """Our plan applied for compilation and compiled with `backend`, its measured saved
-    bytes within `budget` (measured_choice.fit_by_measurement); (plan, compiled model,
-    limit used)."""
-    def make(limit):
-        p = make_plan(model, inputs, limit, loss_fn, profile=profile, kernels=kernels)
+    bytes within `budget` and using what the measurement shows is left of it
+    (measured_choice.fit_by_measurement); (plan, compiled model, limit used)."""
+    def solve(limit):
+        return make_plan(model, inputs, limit, loss_fn, profile=profile, kernels=kernels)
+
+    def build(p):
         run = compile_planned(model, p, kernels, backend=backend)
         training_step(run, inputs, loss_fn)
-        return p, run
+        return run
 
     def measure(run):
         return measure_step(run, inputs, loss_fn, repeats=1, warmup=0).saved_bytes
 
-    p, run, _, limit = fit_by_measurement(make, measure, budget)
-    return p, run, limit
+    fit = fit_by_measurement(solve, build, measure, budget)
+    return fit.plan, fit.runnable, fit.limit_bytes
 
 
 def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
@@ -207,11 +211,10 @@ def measure(points, inputs, loss_fn, rounds, steps, clock):
         except Exception as e:       # measured no further; the others still are
             _failed(k, e)
             del points[k]
-    times = {k: [] for k in points}
-    for _ in range(rounds):
-        for k, (m, _) in points.items():
-            times[k].append(measure_step(m, inputs, loss_fn, repeats=steps, warmup=0,
-                                         clock=clock).times_s)
+    def timer(m):
+        return lambda: measure_step(m, inputs, loss_fn, repeats=steps, warmup=0,
+                                    clock=clock).times_s
+    times = interleaved({k: timer(m) for k, (m, _) in points.items()}, rounds)
     half = rounds // 2
 
     def med(v):
@@ -292,10 +295,12 @@ def main(argv=None) -> int:
                     help="torch threads (1: a shared machine's other load does not stall "
                          "OpenMP barriers)")
     ap.add_argument("--repeats", type=int, default=3, help="profile runs per layer and action")
-    ap.add_argument("--rounds", type=int, default=4,
+    ap.add_argument("--rounds", type=int, default=16,
                     help="interleaved timing rounds: choices use the first half, the "
                          "report the second")
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=1,
+                    help="steps per point a round (one: a burst of outside load lasting "
+                         "a round reaches one sample of each point, not several)")
     ap.add_argument("--clock", default="cpu", choices=sorted(CLOCKS),
                     help="cpu: process CPU time, robust on a shared machine (default)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (offload then allowed)")
