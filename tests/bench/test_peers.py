@@ -1,4 +1,5 @@
-"""The benches' interleaved timing: every side takes its turn in every round."""
+"""The benches' interleaved timing: every side takes its turn in every round, each round
+starting with the next side."""
 from __future__ import annotations
 
 import sys
@@ -24,7 +25,7 @@ def test_interleaved_rounds_take_turns_and_keep_every_reading():
 
     seconds = interleaved({"ours": timer("ours", [1.0, 9.0, 2.0]),
                            "torch": timer("torch", [3.0, 4.0, 5.0])}, rounds=3)
-    assert calls == ["ours", "torch"] * 3
+    assert calls == ["ours", "torch", "torch", "ours", "ours", "torch"]
     assert seconds == {"ours": [1.0, 9.0, 2.0], "torch": [3.0, 4.0, 5.0]}
 
 
