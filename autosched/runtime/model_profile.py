@@ -1,19 +1,24 @@
 """Profile a model for planning: per layer and per action, time and saved bytes.
 
 One captured training step records every layer's inputs (layers.py). Then each layer is
-run on its own, with those real inputs, under each action that applies to it: forward and
-backward times are the median of `repeats` runs after a warm-up, and the bytes it saves for
-backward come from the meter (meter.py). The rest of the model (everything outside the
-layers) is measured once: its time is the whole no-checkpoint step minus the layers' keep
-times, its bytes are what the whole step saves outside the layers.
+run on its own, with those real inputs, under each action that applies to it: the bytes
+it saves for backward come from the meter (meter.py), and forward and backward times are
+the median of `repeats` runs after a warm-up. Those times are then measured again where
+they run, in the whole model (context_costs.py: per group of identical layers and per
+action, the model with the group under the action beside the all-kept model, round by
+round): an action's cost per layer is its keep time plus the step difference over the
+group's size, which sees what a layer alone does not (allocation and cache effects of a
+recomputed conv block, a compiler's layouts and fusion across layer boundaries). The
+rest of the model (everything outside the layers) is the all-kept step minus the layers'
+keep times; its bytes are what the whole step saves outside the layers.
 
-With `compile=True` every layer body runs compiled (torch.compile of the layer applied for
-compilation, see planned_layer.py, each action with its own backend instance so no two
-share a graph) and the rest's time comes from the compiled whole model: the times are
-those of the compiled plan, recompute as the partitioner fuses it. Saved bytes stay the
-eager ones (the compiled graph saves the same, up to the partitioner's small changes,
-which the measured check after applying catches, see measured_choice.py); so does the
-reference (keep) step, the base of percentage budgets.
+With `compile=True` every layer body, and every whole model above, runs compiled
+(torch.compile applied for compilation, see planned_layer.py and compiled_plans.py, each
+with its own backend instance so no two share a graph): the times are those of the
+compiled plan, recompute as the partitioner fuses it, layouts as the whole graph has them.
+Saved bytes stay the eager ones (the compiled graph saves the same, up to the
+partitioner's small changes, which the measured check after applying catches, see
+measured_choice.py); so does the reference (keep) step, the base of percentage budgets.
 
 Storages that cross a layer boundary (a layer's inputs and outputs) are "shared": whoever
 saves one, it is counted once. The profile therefore keeps, per action, the layer's own
@@ -30,14 +35,16 @@ import torch
 
 from .actions import ACTIONS
 from .bandwidth import Bandwidth, host_device_bandwidth
-from .compiled_plans import partitioner_backend
+from .apply_plan import apply_actions
+from .compiled_plans import compile_planned, partitioner_backend
+from .context_costs import context_costs
 from .layers import CallCapture, find_container, find_layers, tensors_in
 from .memeff import swappable
 from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
 from .planned_layer import PlannedLayer
 from .timing import settle, spread
 from .trace import COMPUTE_HEAVY, attention_cores, trace_ops
-from .training_step import clock_fn, compute_loss, measure_step
+from .training_step import clock_fn, compute_loss, measure_step, training_step
 
 
 @dataclass(frozen=True)
@@ -227,19 +234,12 @@ def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_
     keep_bytes = meter.device_bytes
     meter.release()
     device = next((t.device for t in exclude), torch.device("cpu"))
-    step = measure_step(model, inputs, loss_fn, repeats=repeats, clock=clock)
     profiles = _profile_layers(found, calls, exclude, shared_ids, out_ids, actions,
                                allow_offload, repeats, clock_fn(clock), kernels, backend)
-    step2 = measure_step(model, inputs, loss_fn, repeats=repeats, clock=clock)
-    keep_time = statistics.median(step.times_s + step2.times_s)
-    whole_time = keep_time
-    if backend is not None:
-        from .module_tree import clone_structure
-
-        whole = torch.compile(clone_structure(model),
-                              backend=partitioner_backend(1.0, backend))
-        whole_time = measure_step(whole, inputs, loss_fn, repeats=2 * repeats,
-                                  clock=clock).step_time_s
+    profiles, whole_time = _in_context(model, inputs, loss_fn, found, calls, profiles,
+                                       container, kernels, backend, repeats, clock)
+    keep_time = whole_time if backend is None else statistics.median(measure_step(
+        model, inputs, loss_fn, repeats=2 * repeats, clock=clock).times_s)   # eager's
     rest_time = whole_time - sum(p.options["keep"].time_s for p in profiles)
     bw = bandwidth or host_device_bandwidth(device, bandwidth_path, clock=clock)
     return ModelProfile(profiles, shared_bytes, rest_bytes, frozenset(rest_shared), rest_time,
@@ -249,6 +249,38 @@ def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_
                         None if backend is None else str(backend))
 
 
+def _in_context(model, inputs, loss_fn, found, calls, profiles, container, kernels, backend,
+                repeats, clock):
+    """The profile's times as the whole model measures them (compiled with `backend`, if
+    any), per group of identical layers and action (context_costs.py); and the all-kept
+    step."""
+    cores = [p.attention_cores for p in profiles]
+    index = {layer.name: i for i, layer in enumerate(found)}
+    groups = [[index[layer.name] for layer in members]
+              for members in _groups(found, calls).values()]
+
+    def build(actions):
+        if backend is None:
+            return apply_actions(model, actions, container, cores, kernels)
+        run = compile_planned(model, actions, kernels, backend=backend, layers=container,
+                              attention_cores=cores)
+        training_step(run, inputs, loss_fn)        # compiled now, not while timed
+        return run
+
+    def measure(run):
+        return measure_step(run, inputs, loss_fn, repeats=1, warmup=0,
+                            clock=clock).step_time_s
+    return context_costs(profiles, groups, build, measure, rounds=3 * repeats)
+
+
+def _groups(found, calls) -> dict:
+    """Layers with the same signature, in model order: {signature: [layer, ...]}."""
+    groups = {}
+    for layer in found:
+        groups.setdefault(signature(layer.module, calls[layer.name]), []).append(layer)
+    return groups
+
+
 def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_offload,
                     repeats, now, kernels, backend=None) -> list[LayerProfile]:
     """Bytes per layer and action; times pooled over layers with the same signature (each
@@ -256,16 +288,15 @@ def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_o
     same, steadier, numbers; actions whose medians do not separate get up to 3x the
     rounds (timing.settle), and each time records its spread. With a backend the timed
     bodies are compiled with it."""
-    info, groups = {}, {}
+    info = {}
     for layer in found:
         call = calls[layer.name]
         trace = trace_ops(layer.module, call.args, call.kwargs)
         names = [n for n in applicable_actions(layer.module, trace, allow_offload)
                  if actions is None or n in actions]
         info[layer.name] = (trace, names, attention_cores(layer.module, trace))
-        groups.setdefault(signature(layer.module, call), []).append(layer)
     saved, times = {}, {}
-    for members in groups.values():
+    for members in _groups(found, calls).values():
         names = info[members[0].name][1]
         runners = {}
         for name in names:

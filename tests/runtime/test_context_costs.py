@@ -1,0 +1,82 @@
+"""context_costs: a compiled profile's action costs come from the whole compiled model,
+per group of identical layers, exactly as the step differences say."""
+from __future__ import annotations
+
+import pytest
+
+from autosched.runtime.context_costs import context_costs
+from autosched.runtime.model_profile import ActionCost, LayerProfile
+from autosched.runtime.prediction import predict
+
+
+def cost(fwd, bwd, internal=100):
+    return ActionCost(fwd_s=fwd, bwd_s=bwd, internal_bytes=internal, shared=frozenset())
+
+
+def layer(i, with_offload=False):
+    options = {"keep": cost(0.010, 0.020), "selective": cost(0.005, 0.015, 60),
+               "recompute": cost(0.008, 0.032, 0)}
+    if with_offload:
+        options["offload"] = cost(0.010, 0.020, 0)
+    return LayerProfile(f"blocks.{i}", i, options)
+
+
+# whole-model step seconds per assignment: two groups ({0, 1, 2} and {3}); inside the
+# model a kept layer costs 0.020 (not the 0.030 it took alone), selective 0.021,
+# recompute 0.028; layer 3 (the odd one) 0.010 / 0.012 / 0.015; the rest 0.005
+PER_LAYER = {0: {"keep": .020, "selective": .021, "recompute": .028},
+             3: {"keep": .010, "selective": .012, "recompute": .015}}
+
+
+def step_s(actions):
+    return 0.005 + sum(PER_LAYER[0 if i < 3 else 3][a] for i, a in enumerate(actions))
+
+
+def test_costs_are_the_keep_time_plus_the_in_model_difference_per_layer():
+    built, measured = [], []
+
+    def build(actions):
+        built.append(tuple(actions))
+        return tuple(actions)
+
+    def measure(actions):
+        measured.append(actions)
+        return step_s(actions)
+
+    layers = [layer(i, with_offload=True) for i in range(4)]
+    out, keep_s = context_costs(layers, [[0, 1, 2], [3]], build, measure, rounds=3)
+    assert keep_s == pytest.approx(step_s(["keep"] * 4))
+    # one model per group and non-offload action, plus the all-kept one; each timed 3 times
+    assert built == [("keep",) * 4,
+                     ("selective",) * 3 + ("keep",), ("recompute",) * 3 + ("keep",),
+                     ("keep",) * 3 + ("selective",), ("keep",) * 3 + ("recompute",)]
+    assert len(measured) == 5 * 3 and measured[:2] == [built[0], built[1]]
+    assert measured[5:7] == [built[1], built[2]]     # the second round starts one later
+    for i, lp in enumerate(out):
+        own = PER_LAYER[0 if i < 3 else 3]
+        for name in ("selective", "recompute"):
+            c = lp.options[name]
+            assert c.time_s == pytest.approx(.030 + own[name] - own["keep"])
+            assert c.internal_bytes == layers[i].options[name].internal_bytes
+            old = layers[i].options[name]
+            assert c.fwd_s / c.time_s == pytest.approx(old.fwd_s / old.time_s)
+        assert lp.options["keep"] == layers[i].options["keep"]
+        assert lp.options["offload"] == layers[i].options["offload"]
+
+
+def test_a_uniform_plan_is_predicted_at_what_the_whole_model_measured():
+    from types import SimpleNamespace as NS
+
+    layers = [layer(i) for i in range(4)]
+    out, keep_s = context_costs(layers, [[0, 1, 2], [3]], list, step_s, rounds=1)
+    profile = NS(layers=out, rest_time_s=keep_s - sum(lp.options["keep"].time_s for lp in out),
+                 rest_bytes=0, rest_shared=frozenset(), shared_bytes={},
+                 bandwidth=NS(overlap=False, d2h_bytes_per_s=1, h2d_bytes_per_s=1))
+    for actions in (["selective"] * 3 + ["keep"], ["recompute"] * 4,
+                    ["recompute", "selective", "keep", "selective"]):
+        assert predict(profile, actions).step_time_s == pytest.approx(step_s(actions))
+
+
+def test_rounds_must_be_positive():
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        context_costs([layer(0)], [[0]], list, step_s, rounds=0)
