@@ -2,11 +2,12 @@
 
     flock /tmp/autosched-bench.lock python bench/training_plans.py [--models gpt,mlp]
         [--tune-trials 720] [--json bench/results/training_plans_cpu.json] [--png ...]
-        [--device cuda --clock wall]
+        [--device cuda --clock wall] [--model-file my_model.py ...]
 
 Per model (GPT: 5 pre-norm blocks, width 192, 6 x 96 tokens; a residual MLP: 4 blocks,
 width 192, hidden 768, 512 rows; gpt_gpu, for a GPU: 6 blocks, width 1024, 8 x 512 tokens;
-fp32), measured in the same run:
+fp32; and any model file of `autosched plan`'s kind given with --model-file), measured in
+the same run:
 
 * eager           the model as it is
 * compile@b       torch.compile with AOTAutograd's activation_memory_budget = b,
@@ -223,9 +224,7 @@ def measure(points, inputs, loss_fn, rounds, steps, clock):
         {k: med(v[half:]) for k, v in times.items()}
 
 
-def run_model(name, args, kernels, work: Path) -> list[dict]:
-    path = model_library.write_model(work, name, *MODELS[name],
-                                       example=EXAMPLES.get(name))
+def run_model(name, path: Path, args, kernels, work: Path) -> list[dict]:
     tuned = tuned_backend(path, work / name, args) if args.tune_trials else None
     spec = load_model_file(str(path))
     model, loss_fn = spec.model.to(args.device), spec.loss_fn
@@ -291,6 +290,10 @@ def peak_allocated(m, inputs, loss_fn) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="gpt,mlp", help=f"comma-separated, of {sorted(MODELS)}")
+    ap.add_argument("--model-file", action="append", default=[], metavar="PATH",
+                    help="also run this model file (make_model, make_inputs, optionally "
+                         "loss_fn, as for `autosched plan`), named by its file's stem; "
+                         "repeatable; --models '' runs only these")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: a shared machine's other load does not stall "
                          "OpenMP barriers)")
@@ -315,9 +318,12 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the rows and verdicts here")
     ap.add_argument("--png", help="write the Pareto plot here")
     args = ap.parse_args(argv)
-    names = args.models.split(",")
+    names = [n for n in args.models.split(",") if n]
     if unknown := [n for n in names if n not in MODELS]:
         print(f"--models: unknown {unknown}; known: {sorted(MODELS)}", file=sys.stderr)
+        return 2
+    if problem := model_file_problem(names, args.model_file):
+        print(f"--model-file: {problem}", file=sys.stderr)
         return 2
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("--device cuda: torch sees no GPU here", file=sys.stderr)
@@ -340,13 +346,40 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="training_plans-") as tmp:
         work = Path(args.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        return run_models(names, args, work, stamp)
+        try:
+            return run_models(names, args, work, stamp)
+        except UserError as e:         # a model file that does not load: one line
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+
+
+def model_files(names, files, work: Path) -> dict[str, Path]:
+    """{name: model file}: the named models of MODELS written into `work`, then the
+    user's files (named by their stem)."""
+    paths = {n: model_library.write_model(work, n, *MODELS[n], example=EXAMPLES.get(n))
+             for n in names}
+    for f in files:
+        paths[Path(f).stem] = Path(f).resolve()
+    return paths
+
+
+def model_file_problem(names, files) -> str | None:
+    """Why the --model-file arguments cannot run (None: they can)."""
+    stems = [Path(f).stem for f in files]
+    if missing := [f for f in files if not Path(f).is_file()]:
+        return f"no such file {missing[0]}"
+    if clash := sorted({s for s in stems if stems.count(s) > 1 or s in names}):
+        return f"two models named {clash[0]!r} (a model is named by its file's stem)"
+    if not names and not files:
+        return "no model to run (--models is empty)"
+    return None
 
 
 def run_models(names, args, work: Path, stamp) -> int:
     rows = []
-    for n in names:            # results written after each model: a long run keeps its part
-        rows += run_model(n, args, {}, work)
+    for n, path in model_files(names, args.model_file, work).items():
+        # results written after each model: a long run keeps its part
+        rows += run_model(n, path, args, {}, work)
         report([r for r in rows if r["model"] == n])
         result = verdicts(rows)
         print(f"{n}: {result[n]}", flush=True)
