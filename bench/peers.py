@@ -126,19 +126,3 @@ def torch_time(fn, inputs, **timing) -> float:
     return torch_timer(fn, inputs, **timing)()
 
 
-def interleaved(timers: dict, rounds: int) -> dict[str, list[float]]:
-    """Every timer of `timers` once a round, in turn, for `rounds` rounds: {name: what
-    it returned in each round}. Load from outside this process comes in bursts of seconds
-    (on the 2-core VM a kernel timed alone read 2.4 ms and 4.3 ms minutes apart); taking
-    turns lets a burst reach every side alike, and a median over rounds leaves it out.
-    Each round starts one timer later than the one before, so no side always runs first
-    (or always right after the same neighbour)."""
-    if rounds < 1:
-        raise ValueError(f"rounds must be at least 1, got {rounds}")
-    names = list(timers)
-    seconds: dict[str, list] = {name: [] for name in names}
-    for r in range(rounds):
-        start = r % len(names)
-        for name in names[start:] + names[:start]:
-            seconds[name].append(timers[name]())
-    return seconds

@@ -26,8 +26,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import provenance  # noqa: E402
-from peers import interleaved  # noqa: E402
 from peers import SETTLE_S  # noqa: E402
+from autosched.runtime.timing import interleaved  # noqa: E402
 
 OPS = {"matmul": "examples/matmul.py", "batch_matmul": "examples/batch_matmul.py",
        "conv2d": "examples/conv2d.py", "depthwise_conv2d": "examples/conv2d.py",

@@ -62,7 +62,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import model_library
 import provenance
-from peers import interleaved
 from runtime_plans import grad_error
 from training_plans_report import consistent_rows, plot, report, verdicts
 
@@ -82,6 +81,7 @@ from autosched.runtime.modelfile import load_model_file
 from autosched.runtime.module_tree import clone_structure
 from autosched.runtime.training_step import (CLOCKS, measure_step, parameter_grads,
                                               training_step)
+from autosched.runtime.timing import interleaved
 from autosched.runtime.units import format_bytes, parse_budget
 
 COMPILE_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.25, 0.1, 0.0)

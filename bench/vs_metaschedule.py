@@ -34,8 +34,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import provenance  # noqa: E402
 from ops import SETS, best_so_far, recorded, torch_fn  # noqa: E402
-from peers import (interleaved, metaschedule, random_args, time_tvm, torch_timer,  # noqa: E402
+from peers import (metaschedule, random_args, time_tvm, torch_timer,  # noqa: E402
                    tvm_timer)
+from autosched.runtime.timing import interleaved  # noqa: E402
 
 
 def tune_autosched(task, trials: int, strategy: str, seed: int, url: str, checkpoints):
@@ -70,7 +71,7 @@ def bench_op(op, trials, checkpoints, strategy, seed, target_spec, db_url, with_
              rounds=7):
     """One row per checkpoint (the last is `trials`); without MetaSchedule (`with_ms`
     False) its fields are None. Every tuned kernel and torch are timed in `rounds`
-    interleaved rounds (`peers.interleaved`); a row holds each side's median over them and
+    interleaved rounds (`autosched.runtime.timing.interleaved`); a row holds each side's median over them and
     the rounds themselves."""
     import statistics
 

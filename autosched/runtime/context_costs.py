@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from functools import partial
 
 from .actions import ACTIONS
-from .timing import spread
+from .timing import interleaved, spread
 
 KEPT = "keep"
 
@@ -39,8 +40,6 @@ def context_costs(layers: list, groups: list[list[int]], build, measure, rounds:
     Offload actions keep their times: their compute is their base action's (see
     prediction.compute_times) and their transfers are not the compiler's.
     """
-    if rounds < 1:
-        raise ValueError(f"rounds must be at least 1, got {rounds}")
     n = len(layers)
     variants = {KEPT: build([KEPT] * n)}
     for g, members in enumerate(groups):
@@ -48,11 +47,8 @@ def context_costs(layers: list, groups: list[list[int]], build, measure, rounds:
             if name != KEPT and not ACTIONS[name].offload:
                 variants[g, name] = build([name if i in members else KEPT
                                            for i in range(n)])
-    samples = {key: [] for key in variants}
-    keys = list(variants)
-    for r in range(rounds):                 # each round starts one variant later
-        for key in keys[r % len(keys):] + keys[:r % len(keys)]:
-            samples[key].append(measure(variants[key]))
+    samples = interleaved({key: partial(measure, run) for key, run in variants.items()},
+                          rounds)
     keep_s = statistics.median(samples[KEPT])
     out = list(layers)
     for g, members in enumerate(groups):

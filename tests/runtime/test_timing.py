@@ -1,9 +1,12 @@
-"""timing.settle: more rounds exactly for the alternatives whose medians do not separate."""
+"""timing: settle takes more rounds exactly for the alternatives whose medians do not separate;
+interleaved takes turns, each round starting with the next timer."""
 from __future__ import annotations
 
 import itertools
 
-from autosched.runtime.timing import separated, settle, spread
+import pytest
+
+from autosched.runtime.timing import interleaved, separated, settle, spread
 
 
 def test_spread_and_separation():
@@ -38,3 +41,25 @@ def test_settle_stops_at_once_when_all_are_apart():
 
     out = settle(sample, ["a", "b"], repeats=2, max_repeats=10)
     assert calls == ["a", "a", "b", "b"] and len(out["a"]) == 4
+
+
+def test_interleaved_rounds_take_turns_and_keep_every_reading():
+    calls = []
+
+    def timer(name, readings):
+        it = iter(readings)
+
+        def read():
+            calls.append(name)
+            return next(it)
+        return read
+
+    seconds = interleaved({"ours": timer("ours", [1.0, 9.0, 2.0]),
+                           "torch": timer("torch", [3.0, 4.0, 5.0])}, rounds=3)
+    assert calls == ["ours", "torch", "torch", "ours", "ours", "torch"]
+    assert seconds == {"ours": [1.0, 9.0, 2.0], "torch": [3.0, 4.0, 5.0]}
+
+
+def test_interleaved_refuses_no_rounds():
+    with pytest.raises(ValueError, match="rounds must be at least 1"):
+        interleaved({"ours": lambda: 1.0}, rounds=0)
