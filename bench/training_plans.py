@@ -37,9 +37,10 @@ compiled graph's saved tensors too), the median step time over interleaved round
 gradients' largest error relative to eager, on CUDA torch.cuda.max_memory_allocated, and
 for plans the predicted step time. Eager plans are solved on the eager profile, compiled
 plans on the compiled one (profile_model(compile=True): every layer and action timed
-compiled). The table reports, per plan+compile point, its time
-over torch.compile's fastest point at equal or lower saved bytes; and the bars: saved bytes
-within budget, prediction within 10%, no plan slower than the plan for a smaller budget.
+compiled, then again inside the whole compiled model, per group of identical layers). The
+table reports, per plan+compile point, its time over torch.compile's fastest point at
+equal or lower saved bytes; and the bars: saved bytes within budget, prediction within
+10%, no plan slower than the plan for a smaller budget.
 Compiling takes most of the run (about 25 s a point on two cores).
 """
 from __future__ import annotations
