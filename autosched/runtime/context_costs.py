@@ -35,7 +35,8 @@ def context_costs(layers: list, groups: list[list[int]], build, measure, rounds:
 
     layers: LayerProfiles measured each on its own (their options' bytes are kept; their
     times are replaced); groups: lists of layer indices that share one signature;
-    build(actions) -> a compiled model running those actions, one name per layer;
+    build(actions) -> the model running those actions, one name per layer (compiled,
+    for a compiled profile);
     measure(model) -> one step's seconds; rounds: samples per variant, interleaved.
     Offload actions keep their times: their compute is their base action's (see
     prediction.compute_times) and their transfers are not the compiler's.

@@ -60,8 +60,9 @@ def fit_by_measurement(solve, build, measure, budget_bytes: int, attempts: int =
     slack where it measured under it (a plan for the higher limit may use the memory the
     prediction overcounted), never to a limit whose plan measured over. A plan already
     built (same `key`) is not built again: the search stops there, as it does after
-    `attempts` builds or where a raised limit's plan does not fit. Returns the fitting plan solved for the highest limit, else the last
-    one built (over its budget: the caller reports it).
+    `attempts` builds or where a raised limit's plan does not fit. Returns the fitting
+    plan solved for the highest limit, else the last one built (over its budget: the
+    caller reports it).
     """
     limit, best, last, seen = int(budget_bytes), None, None, set()
     ceiling = None                         # the lowest limit whose plan measured over
