@@ -50,19 +50,17 @@ def context_costs(layers: list, groups: list[list[int]], build, measure, rounds:
                                            for i in range(n)])
     samples = interleaved({key: partial(measure, run) for key, run in variants.items()},
                           rounds)
-    keep_s = statistics.median(samples[KEPT])
+    kept = samples.pop(KEPT)
+    keep_s = statistics.median(kept)
     out = list(layers)
-    for g, members in enumerate(groups):
-        for i in members:
-            options = dict(layers[i].options)
-            for (vg, name), steps in ((k, v) for k, v in samples.items() if k != KEPT):
-                if vg != g:
-                    continue
-                delta = (statistics.median(steps) - keep_s) / len(members)
-                confidence = (spread(steps) + spread(samples[KEPT])) / len(members)
-                options[name] = _with_time(options[name],
-                                           layers[i].options[KEPT].time_s + delta, confidence)
-            out[i] = dataclasses.replace(layers[i], options=options)
+    for (g, name), steps in samples.items():
+        size = len(groups[g])
+        delta = (statistics.median(steps) - keep_s) / size
+        confidence = (spread(steps) + spread(kept)) / size
+        for i in groups[g]:
+            cost = _with_time(out[i].options[name], out[i].options[KEPT].time_s + delta,
+                              confidence)
+            out[i] = dataclasses.replace(out[i], options={**out[i].options, name: cost})
     return out, keep_s
 
 
