@@ -36,7 +36,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "thread's CPU time (with --threads 1)")
     p.add_argument("--compile", action="store_true",
                    help="cost the actions compiled with torch.compile (the plan is for "
-                        "torch.compile(autosched.runtime.apply(model, plan, compile=True)))")
+                        "autosched.runtime.compiled_plans.compile_planned(model, plan), "
+                        "which runs consecutive selective layers as one region)")
     p.add_argument("--model-library", metavar="DIR",
                    help="with --compile: a library of `autosched export-model --train`; the "
                         "plan is costed (and meant to be compiled) with "

@@ -103,11 +103,13 @@ def aot_backend(graph_pass: Callable, compile_graph: Callable = eager_graph) -> 
     rewrites (the split decides, for one, in which layout a backward matmul reads its
     weight). As in inductor, the forward graph itself writes the buffers it updates (batch
     norm's running statistics): written after it returns, the min-cut split's saved
-    copies of them would fail autograd's version check in backward."""
+    copies of them would fail autograd's version check in backward. The joint-graph
+    post-passes configured for inductor (torch._inductor.config.joint_custom_post_pass,
+    such as runtime.joined_regions.JoinSelectiveRegions) run on the joint graph before the split, as in
+    inductor."""
     from functools import partial
 
     from torch._functorch.aot_autograd import aot_module_simplified
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     def compiler(kind, gm, example_inputs):
         graph_pass(gm, kind)
@@ -119,6 +121,20 @@ def aot_backend(graph_pass: Callable, compile_graph: Callable = eager_graph) -> 
                                      fw_compiler=partial(compiler, "forward"),
                                      bw_compiler=partial(compiler, "backward"),
                                      inference_compiler=partial(compiler, "inference"),
-                                     partition_fn=min_cut_rematerialization_partition)
+                                     partition_fn=_partition_after_joint_passes)
 
     return backend
+
+
+def _partition_after_joint_passes(joint, joint_inputs, **kwargs):
+    """The min-cut split of `joint` after inductor's configured joint post-passes."""
+    import torch._inductor.config as inductor
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.custom_graph_pass import get_custom_graph_passes
+
+    passes = get_custom_graph_passes(inductor.joint_custom_post_pass)
+    for graph_pass in passes:
+        graph_pass(joint.graph)
+    if passes:
+        joint.recompile()
+    return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)

@@ -17,9 +17,12 @@ measured_choice.fastest_within picks among measured candidates.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from .apply_plan import apply, apply_actions
+from .joined_regions import joining_selective_regions
 from .module_tree import clone_structure
 
 
@@ -31,10 +34,12 @@ def allow_recompiles(limit: int) -> None:
     torch._dynamo.config.recompile_limit = limit
 
 
-def partitioner_backend(memory_budget: float, backend="inductor"):
+def partitioner_backend(memory_budget: float, backend="inductor", join_selective=False):
     """`backend` (a registered name such as "inductor", or a backend callable such as
     autosched.torch.backend(DIR)) with activation_memory_budget set while AOTAutograd
-    partitions (1, the default: save what the graph and its checkpoint marks leave).
+    partitions (1, the default: save what the graph and its checkpoint marks leave);
+    join_selective: consecutive selective-checkpoint regions partitioned as one
+    (joined_regions.py: a run of selective layers keeps only its first input).
 
     A callable of its own on every call: dynamo keeps compiled entries per backend, so two
     models compiled at different budgets never share a graph (with one backend they can:
@@ -42,7 +47,8 @@ def partitioner_backend(memory_budget: float, backend="inductor"):
     compiler = torch._dynamo.lookup_backend(backend) if isinstance(backend, str) else backend
 
     def compile_at_budget(gm, example_inputs):
-        with torch._functorch.config.patch(activation_memory_budget=memory_budget):
+        joining = joining_selective_regions() if join_selective else contextlib.nullcontext()
+        with torch._functorch.config.patch(activation_memory_budget=memory_budget), joining:
             return compiler(gm, example_inputs)
     return compile_at_budget
 
@@ -52,7 +58,9 @@ def compile_planned(model, plan_or_actions, kernels: dict | None = None,
                     attention_cores=None):
     """torch.compile of `model` under a Plan (or a list of action names) applied for
     compilation, partitioned at `memory_budget` (1: the partitioner saves what the plan
-    leaves; lower: it also recomputes within that fraction). `backend`: as for
+    leaves; lower: it also recomputes within that fraction), consecutive selective layers
+    as one region (the boundaries between them recomputed: what compiled profiles and
+    plans assume; a plain torch.compile of apply(..., compile=True) keeps them). `backend`: as for
     partitioner_backend (autosched.torch.backend(DIR) runs the plan's operators on tuned
     kernels). Parameters are shared."""
     if isinstance(plan_or_actions, list):
@@ -61,7 +69,20 @@ def compile_planned(model, plan_or_actions, kernels: dict | None = None,
     else:
         planned = apply(model, plan_or_actions, kernels, compile=True)
     return torch.compile(clone_structure(planned) if planned is model else planned,
-                         backend=partitioner_backend(memory_budget, backend))
+                         backend=partitioner_backend(memory_budget, backend,
+                                                     join_selective=True))
+
+
+def joins_selective_regions(backend) -> bool:
+    """Whether compile_planned on `backend` runs consecutive selective layers as one
+    region: backends that run inductor's joint-graph post-passes (inductor, and
+    autosched.torch.backend through model.graphs.aot_backend); others keep every
+    selective layer's input."""
+    if isinstance(backend, str):
+        return backend == "inductor"
+    from ..torch.backend import AutoschedBackend
+
+    return isinstance(backend, AutoschedBackend)
 
 
 def hybrid_actions(profile, max_slowdown: float = 0.05) -> list[str]:

@@ -81,7 +81,8 @@ def build_plan(model, profile, solution, budget: int, spec: str, fp: str, kernel
     return Plan(
         model={"class": type(model).__name__, "fingerprint": fp,
                "container": profile.container, "layer_rule": profile.layer_rule,
-               "layers": len(layers), "compiled_with": profile.compiled_with},
+               "layers": len(layers), "compiled_with": profile.compiled_with,
+               "joined_selective": profile.joins_selective},
         device=profile.device,
         budget={"bytes": int(budget), "spec": spec},
         reference={"saved_bytes": profile.keep_saved_bytes,

@@ -23,7 +23,10 @@ measured_choice.py); so does the reference (keep) step, the base of percentage b
 Storages that cross a layer boundary (a layer's inputs and outputs) are "shared": whoever
 saves one, it is counted once. The profile therefore keeps, per action, the layer's own
 ("internal") bytes and the set of shared storages it saves; the predictor (prediction.py)
-adds a shared storage once if any of its savers keeps it on the device.
+adds a shared storage once if any of its savers keeps it on the device. A plan compiled
+with compile_planned on inductor or autosched.torch.backend runs consecutive selective
+layers as one region (joined_regions.py): there a selective layer after a selective layer
+does not keep its inputs (ModelProfile.joins_selective).
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ import torch
 from .actions import ACTIONS
 from .bandwidth import Bandwidth, host_device_bandwidth
 from .apply_plan import apply_actions
-from .compiled_plans import compile_planned, partitioner_backend
+from .compiled_plans import compile_planned, joins_selective_regions, partitioner_backend
 from .context_costs import context_costs
 from .layers import CallCapture, find_container, find_layers, tensors_in
 from .memeff import swappable
@@ -69,6 +72,7 @@ class LayerProfile:
     custom_ops: list = field(default_factory=list)
     attention_cores: list = field(default_factory=list)
     memeff_modules: list = field(default_factory=list)
+    input_shared: frozenset = frozenset()   # the shared storages of the layer's inputs
 
 
 @dataclass
@@ -86,6 +90,9 @@ class ModelProfile:
     layer_rule: str
     memeff_kernels: dict = field(default_factory=dict)  # kind -> Kernel.id measured with
     compiled_with: str | None = None   # the torch.compile backend the times are of, if any
+    # consecutive selective layers run as one region, all but the first keeping no input
+    # (plans compiled with compile_planned on a backend that joins them)
+    joins_selective: bool = False
 
 
 def _detached(obj):
@@ -246,7 +253,8 @@ def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_
                         keep_time, keep_bytes, bw, str(device), container,
                         "given" if explicit else "largest ModuleList/Sequential",
                         {kind: k.id for kind, k in kernels.items()},
-                        None if backend is None else str(backend))
+                        None if backend is None else str(backend),
+                        backend is not None and joins_selective_regions(backend))
 
 
 def _in_context(model, inputs, loss_fn, found, calls, profiles, container, kernels, backend,
@@ -331,8 +339,11 @@ def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_o
         trace, names, cores = info[layer.name]
         options = {n: ActionCost(*times[layer.name, n][:2], *saved[layer.name, n],
                                  spread_s=times[layer.name, n][2]) for n in names}
+        call = calls[layer.name]
+        inputs = frozenset(_share(t, shared_ids, {}) for t in tensors_in((call.args,
+                                                                          call.kwargs)))
         profiles.append(LayerProfile(layer.name, layer.index, options, trace.custom_ops(),
-                                     cores, swappable(layer.module)))
+                                     cores, swappable(layer.module), inputs))
     return profiles
 
 

@@ -13,13 +13,17 @@ has no window); offload.OffloadSchedule implements exactly those windows.
 Without one (CPU) every transfer is exposed.
 
 Memory: rest + sum of the layers' own saved bytes + each shared (layer-boundary) storage
-once if anyone keeps it on the device.
+once if anyone keeps it on the device. Where the profile's plans run consecutive selective
+layers as one region (compiled: joined_regions.py), a selective layer that follows a
+selective layer does not keep its inputs (the region rebuilds them).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from .actions import ACTIONS, base_action
+
+SELECTIVE = "selective"
 
 
 def compute_times(layer, name: str) -> tuple[float, float]:
@@ -63,11 +67,19 @@ class Prediction:
     layer_bytes: tuple           # per layer: own bytes + shared storages it saves first
 
 
-def shared_kept(profile, assignment: list[str]) -> set:
-    kept = set(profile.rest_shared)
-    for layer, name in zip(profile.layers, assignment):
-        kept |= layer.options[name].shared
-    return kept
+def joined(profile, assignment: list[str], i: int) -> bool:
+    """Whether layer i runs in one region with layer i - 1 (both selective, compiled)."""
+    return (profile.joins_selective and i > 0
+            and assignment[i] == assignment[i - 1] == SELECTIVE)
+
+
+def claimed_shared(profile, assignment: list[str]) -> list[frozenset]:
+    """Per layer, the shared storages its action keeps on the device."""
+    out = []
+    for i, (layer, name) in enumerate(zip(profile.layers, assignment)):
+        shared = layer.options[name].shared
+        out.append(shared - layer.input_shared if joined(profile, assignment, i) else shared)
+    return out
 
 
 def predict(profile, assignment: list[str]) -> Prediction:
@@ -83,11 +95,12 @@ def predict(profile, assignment: list[str]) -> Prediction:
         layer_time.append(f + b + e)
     counted = set(profile.rest_shared)
     layer_bytes = []
-    for layer, name in zip(profile.layers, assignment):
-        c = layer.options[name]
-        new = c.shared - counted
+    for layer, name, shared in zip(profile.layers, assignment,
+                                   claimed_shared(profile, assignment)):
+        new = shared - counted
         counted |= new
-        layer_bytes.append(c.internal_bytes + sum(profile.shared_bytes[s] for s in new))
+        layer_bytes.append(layer.options[name].internal_bytes
+                           + sum(profile.shared_bytes[s] for s in new))
     saved = (profile.rest_bytes + sum(profile.shared_bytes[s] for s in profile.rest_shared)
              + sum(layer_bytes))
     host = sum(layer.options[n].host_bytes for layer, n in zip(profile.layers, assignment))

@@ -6,6 +6,8 @@ on the device); with a copy engine, e_f[i], e_b[i] >= 0 (exposed transfer second
     minimise   sum x[i,a] * compute(i,a) + sum (e_f[i] + e_b[i])       (+ transfers, no engine)
     subject to sum_a x[i,a] = 1                                         for every layer i
                z[s] >= sum_{a saves s} x[i,a]                           for every saver i of s
+               z[s] >= x[i,sel] - x[i-1,sel]     (instead, for s an input of i, where
+                                                  consecutive selective layers join)
                e_f[i] >= d2h(i) - forward(i+1),  e_b[i] >= h2d(i) - backward(i+1)
                rest + sum x[i,a] * own_bytes(i,a) + sum z[s] * bytes(s) <= budget
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UserError
-from .prediction import compute_times, predict, transfer_time
+from .prediction import SELECTIVE, compute_times, predict, transfer_time
 from .units import format_bytes
 
 MIB = float(1 << 20)
@@ -91,17 +93,29 @@ class _Model:
                 row[k] = 1.0
             out.append((row, 1.0, 1.0))
         for s, zc in self.z.items():
-            for layer in self.p.layers:
-                savers = [k for k, name in self.cols_of(layer.index)
-                          if s in layer.options[name].shared]
-                if savers:
-                    row = np.zeros(self.n)
-                    row[zc] = 1.0
-                    row[savers] = -1.0
-                    out.append((row, 0.0, np.inf))
+            for i, layer in enumerate(self.p.layers):
+                savers = {name: k for k, name in self.cols_of(layer.index)
+                          if s in layer.options[name].shared}
+                joinable = (self.p.joins_selective and i > 0 and s in layer.input_shared
+                            and SELECTIVE in savers)
+                plain = [k for name, k in savers.items() if not (joinable and name == SELECTIVE)]
+                if plain:
+                    out.append(self._at_least(zc, plain))
+                if joinable:      # kept unless the layer before is selective too
+                    before = {n: k for k, n in self.cols_of(self.p.layers[i - 1].index)}
+                    out.append(self._at_least(zc, [savers[SELECTIVE]], before.get(SELECTIVE)))
         if self.overlap:
             out += self._overlap_rows()
         return out
+
+    def _at_least(self, z_col, cols, minus_col=None):
+        """z >= sum of x[cols] (- x[minus_col])."""
+        row = np.zeros(self.n)
+        row[z_col] = 1.0
+        row[cols] = -1.0
+        if minus_col is not None:
+            row[minus_col] = 1.0
+        return row, 0.0, np.inf
 
     def _overlap_rows(self):
         out, layers = [], self.p.layers

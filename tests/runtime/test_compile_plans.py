@@ -221,3 +221,52 @@ def test_offloaded_layer_runs_outside_the_graph_and_keeps_gradients(tiny_gpt, gr
     assert meter.device_bytes < saved_bytes(kept, inputs, loss_fn, state)
     ref = grads(model, model, inputs, loss_fn)
     torch.testing.assert_close(grads(model, run, inputs, loss_fn), ref)
+
+
+class _Residual(nn.Module):
+    """A ResNet basic block: its input feeds the next block's convolution and residual."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.conv1, self.conv2 = (nn.Conv2d(c, c, 3, padding=1, bias=False) for _ in "12")
+        self.bn1, self.bn2 = nn.BatchNorm2d(c), nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.relu(x + self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x))))))
+
+
+class _Chain(nn.Module):
+    def __init__(self, n=3):
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.Sequential(*(_Residual() for _ in range(n)))
+
+    def forward(self, x):
+        return self.blocks(x).square().mean()
+
+
+@pytest.mark.parametrize("backend", ["inductor", "aot_backend"])
+def test_consecutive_selective_layers_join_into_one_region(backend, grads):
+    from autosched.model.graphs import aot_backend
+    from autosched.runtime.compiled_plans import joins_selective_regions, partitioner_backend
+
+    backend = aot_backend(lambda gm, kind: None) if backend == "aot_backend" else backend
+    model, inputs = _Chain(), (torch.randn(2, 8, 8, 8, requires_grad=True),)
+    boundary = 2 * 8 * 8 * 8 * 4
+    state = model_state(model)
+    ref = grads(model, model, inputs, None)
+
+    def saved(actions, join):
+        if join:
+            run = compile_planned(model, actions, layers="blocks", backend=backend)
+        else:          # a plain compile of the applied plan: every region keeps its input
+            run = torch.compile(apply_actions(model, actions, "blocks", compile=True),
+                                backend=partitioner_backend(1.0, backend))
+        assert max_rel_error(ref, grads(model, run, inputs, None)) < 1e-5
+        return saved_bytes(run, inputs, None, state)
+
+    selective = ["selective"] * 3
+    assert saved(selective, True) == saved(selective, False) - 2 * boundary
+    broken = ["selective", "recompute", "selective"]        # nothing consecutive to join
+    assert saved(broken, True) == saved(broken, False)
+    assert joins_selective_regions(backend) is (backend == "inductor")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from autosched.runtime.bandwidth import Bandwidth
 from autosched.runtime.context_costs import context_costs
-from autosched.runtime.model_profile import ActionCost, LayerProfile
+from autosched.runtime.model_profile import ActionCost, LayerProfile, ModelProfile
 from autosched.runtime.prediction import predict
 
 
@@ -65,13 +66,12 @@ def test_costs_are_the_keep_time_plus_the_in_model_difference_per_layer():
 
 
 def test_a_uniform_plan_is_predicted_at_what_the_whole_model_measured():
-    from types import SimpleNamespace as NS
-
     layers = [layer(i) for i in range(4)]
     out, keep_s = context_costs(layers, [[0, 1, 2], [3]], list, step_s, rounds=1)
-    profile = NS(layers=out, rest_time_s=keep_s - sum(lp.options["keep"].time_s for lp in out),
-                 rest_bytes=0, rest_shared=frozenset(), shared_bytes={},
-                 bandwidth=NS(overlap=False, d2h_bytes_per_s=1, h2d_bytes_per_s=1))
+    rest_s = keep_s - sum(lp.options["keep"].time_s for lp in out)
+    profile = ModelProfile(out, {}, 0, frozenset(), rest_s, keep_s, 400,
+                           Bandwidth(1.0, 1.0, False, "test", "t"), "cpu", "blocks", "test",
+                           compiled_with="inductor")
     for actions in (["selective"] * 3 + ["keep"], ["recompute"] * 4,
                     ["recompute", "selective", "keep", "selective"]):
         assert predict(profile, actions).step_time_s == pytest.approx(step_s(actions))

@@ -16,14 +16,18 @@ from autosched.runtime.units import format_bytes
 MB = 1 << 20
 
 
-def profile(layers, shared=None, rest_shared=(), overlap=False, bw=1e9, rest_bytes=0):
-    """layers: list of {action: (fwd, bwd, own bytes, shared ids, host bytes)}."""
+def profile(layers, shared=None, rest_shared=(), overlap=False, bw=1e9, rest_bytes=0,
+            compiled=False):
+    """layers: list of {action: (fwd, bwd, own bytes, shared ids, host bytes)}; layer i's
+    input is shared storage i; compiled: consecutive selective layers join."""
     lps = [LayerProfile(f"blocks.{i}", i, {n: ActionCost(f, b, m, frozenset(s), h)
-                                           for n, (f, b, m, s, h) in opts.items()})
+                                           for n, (f, b, m, s, h) in opts.items()},
+                        input_shared=frozenset({i}))
            for i, opts in enumerate(layers)]
     return ModelProfile(lps, shared or {}, rest_bytes, frozenset(rest_shared), 0.01, 1.0,
                         sum(o["keep"][2] for o in layers), Bandwidth(bw, bw, overlap, "test", "t"),
-                        "cpu", "blocks", "test")
+                        "cpu", "blocks", "test", compiled_with="inductor" if compiled else None,
+                        joins_selective=compiled)
 
 
 def test_shared_storage_counts_once_whoever_saves_it():
@@ -33,6 +37,28 @@ def test_shared_storage_counts_once_whoever_saves_it():
     assert predict(p, ["keep", "keep"]).saved_bytes == 24 * MB       # one shared storage
     assert predict(p, ["memeff", "memeff"]).saved_bytes == 12 * MB    # nobody saves it
     assert predict(p, ["memeff", "recompute"]).saved_bytes == 10 * MB
+
+
+def test_compiled_selective_layers_after_selective_layers_keep_no_input():
+    # each layer keeps its input (storage i, 4 MB) under keep and both checkpoints; its
+    # output is the next layer's input
+    layer = {"keep": (1, 1, 10 * MB, {0}, 0), "selective": (1, 1.2, 3 * MB, {0}, 0),
+             "recompute": (1, 2, 0, {0}, 0)}
+    layers = [{n: (f, b, m, {i}, h) for n, (f, b, m, _, h) in layer.items()} for i in range(3)]
+    shared = {i: 4 * MB for i in range(3)}
+    eager, compiled = profile(layers, shared), profile(layers, shared, compiled=True)
+    sel = ["selective"] * 3
+    assert predict(eager, sel).saved_bytes == 3 * (3 + 4) * MB
+    assert predict(compiled, sel).saved_bytes == (3 * 3 + 4) * MB     # the first input only
+    assert predict(compiled, sel).layer_bytes == (7 * MB, 3 * MB, 3 * MB)
+    # a run broken by a full recompute starts again with its own input
+    assert predict(compiled, ["selective", "recompute", "selective"]).saved_bytes == \
+        (3 + 4 + 4 + 3 + 4) * MB
+    assert predict(compiled, ["recompute", "selective", "selective"]).saved_bytes == \
+        (4 + 3 + 4 + 3) * MB
+    # the solver sees the join: in 13 MB the faster selective plan fits only compiled
+    assert solve(compiled, 13 * MB).assignment == sel
+    assert solve(eager, 13 * MB).assignment == ["recompute"] * 3
 
 
 def test_overlap_hides_transfers_behind_the_next_layers_compute():
@@ -49,7 +75,7 @@ def test_overlap_hides_transfers_behind_the_next_layers_compute():
     assert t == pytest.approx(0.01 + 3 * 0.21 + 0.04 + 0.2)
 
 
-def _random_profile(rng: random.Random, n: int, overlap: bool):
+def _random_profile(rng: random.Random, n: int, overlap: bool, compiled: bool = False):
     layers, shared = [], {}
     for i in range(n):
         keep_t, mem = rng.uniform(1, 3) * 1e-2, rng.randint(5, 20) * MB
@@ -58,16 +84,18 @@ def _random_profile(rng: random.Random, n: int, overlap: bool):
             "keep": (keep_t / 3, 2 * keep_t / 3, mem, {i}, 0),
             "memeff": (keep_t / 3, keep_t, mem // 2, set(), 0),
             "recompute": (keep_t / 3, keep_t, 0, {i}, 0),
+            "selective": (keep_t / 3, 0.8 * keep_t, mem // 3, {i}, 0),
             "offload": (keep_t / 3, 2 * keep_t / 3, 0, set(), mem + shared[i]),
         })
     return profile(layers, shared, rest_shared={0} if rng.random() < 0.5 else (),
-                   overlap=overlap, bw=rng.choice([2e9, 2e10]), rest_bytes=3 * MB)
+                   overlap=overlap, bw=rng.choice([2e9, 2e10]), rest_bytes=3 * MB,
+                   compiled=compiled)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(8))
 def test_milp_matches_brute_force(seed):
     rng = random.Random(seed)
-    p = _random_profile(rng, 4, overlap=seed % 2 == 0)
+    p = _random_profile(rng, 4, overlap=seed % 2 == 0, compiled=seed % 4 >= 2)
     every = [list(a) for a in itertools.product(*[list(layer.options) for layer in p.layers])]
     least = min(predict(p, a).saved_bytes for a in every)
     assert smallest_feasible_bytes(p) == least
