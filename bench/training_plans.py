@@ -119,17 +119,21 @@ def compiled(module, budget: float, inputs, loss_fn):
     return c
 
 
-def compiled_plan(model, inputs, loss_fn, profile, budget, kernels, backend="inductor"):
+def compiled_plan(model, inputs, loss_fn, profile, budget, kernels, built: dict,
+                  backend="inductor"):
     """Our plan applied for compilation and compiled with `backend`, its measured saved
     bytes within `budget` and using what the measurement shows is left of it
-    (measured_choice.fit_by_measurement); (plan, compiled model, limit used)."""
+    (measured_choice.fit_by_measurement); (plan, compiled model, limit used). built:
+    compiled models by actions, shared across budgets (the same plan for two budgets is
+    one program, timed once)."""
     def solve(limit):
         return make_plan(model, inputs, limit, loss_fn, profile=profile, kernels=kernels)
 
     def build(p):
-        run = compile_planned(model, p, kernels, backend=backend)
-        training_step(run, inputs, loss_fn)
-        return run
+        if tuple(p.actions) not in built:
+            built[tuple(p.actions)] = run = compile_planned(model, p, kernels, backend=backend)
+            training_step(run, inputs, loss_fn)
+        return built[tuple(p.actions)]
 
     def measure(run):
         return measure_step(run, inputs, loss_fn, repeats=1, warmup=0).saved_bytes
@@ -148,6 +152,7 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
                                     {"method": "compile", "budget": b})
     eager_prof, compiled_prof, *tuned_prof = (restrict(p, ON_DEVICE) if p.device == "cpu"
                                               else p for p in profiles)
+    built, built_on_kernels = {}, {}
     for spec in PLAN_BUDGETS:
         budget = parse_budget(spec, eager_prof.keep_saved_bytes)
         try:
@@ -155,7 +160,7 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
             points[f"plan@{spec}"] = (apply(model, p, kernels),
                                       {"method": "plan", **_info(p, spec, budget)})
             p, run, limit = compiled_plan(model, inputs, loss_fn, compiled_prof, budget,
-                                          kernels)
+                                          kernels, built)
         except Exception as e:    # one point's failure is reported; the others still run
             _failed(f"plan@{spec}", e)
             continue
@@ -163,7 +168,7 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
                                                 **_info(p, spec, budget)})
         if tuned is not None:
             p, run, limit = compiled_plan(model, inputs, loss_fn, tuned_prof[0], budget,
-                                          kernels, tuned)
+                                          kernels, built_on_kernels, tuned)
             points[f"plan+kernels@{spec}"] = (run, {"method": "plan+kernels",
                                                     "limit_bytes": limit,
                                                     **_info(p, spec, budget)})
@@ -216,7 +221,11 @@ def measure(points, inputs, loss_fn, rounds, steps, clock):
     def timer(m):
         return lambda: measure_step(m, inputs, loss_fn, repeats=steps, warmup=0,
                                     clock=clock).times_s
-    times = interleaved({k: timer(m) for k, (m, _) in points.items()}, rounds)
+    first = {}                     # each model object once: points that share one share it
+    for k, (m, _) in points.items():
+        first.setdefault(id(m), k)
+    times = interleaved({k: timer(points[k][0]) for k in first.values()}, rounds)
+    times = {k: times[first[id(m)]] for k, (m, _) in points.items()}
     half = rounds // 2
 
     def med(v):

@@ -15,7 +15,9 @@
 | offload+memeff                 | host copies of the memeff-reduced set    | smaller transfers     |
 
 `recompute` is non-reentrant `torch.utils.checkpoint`; `selective` is the same with a
-`create_selective_checkpoint_contexts` policy (checkpointing.py); `recompute_attention`
+`create_selective_checkpoint_contexts` policy (checkpointing.py; compiled, a run of
+selective layers is one region that keeps only its first layer's input,
+joined_regions.py); `recompute_attention`
 checkpoints only the layer's attention-core submodules, as Megatron-LM's selective
 recomputation does; `offload` is offload.py; the memeff forms are memeff/.
 planned_layer.PlannedLayer carries an action out. This table is plain data (no torch), so
