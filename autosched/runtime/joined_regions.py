@@ -1,15 +1,22 @@
-"""Consecutive selective-checkpoint regions joined into one region under torch.compile.
+"""Checkpoint regions that follow a selective region joined to it, under torch.compile.
 
 Each `torch.utils.checkpoint` call is one region of the joint graph AOTAutograd
 partitions (node.meta["ac_graph_id"], numbered in forward order). The partitioner saves
 the tensor at the boundary of two consecutive checkpointed regions, as eager
-checkpointing must: every selective layer then keeps its input, though a selective
-policy keeps the outputs of the compute-heavy ops the input is rebuilt from with cheap
-ones (a residual block's input is the previous block's sum and ReLU of saved
-convolution outputs). Joined, a run of selective layers keeps only the first layer's
-input and the policy's saved outputs; the boundaries are recomputed, each once, in
-backward. (AOTAutograd's own budgeted partitioner saves what it saves at
-activation_memory_budget = 0.8 the same way.)
+checkpointing must: every checkpointed layer keeps its input. After a selective layer
+that input is cheap to rebuild: the policy kept the outputs of the compute-heavy ops it
+is made from with cheap ones (a residual block's output is a sum and a ReLU of saved
+convolution outputs and its own input). So a region that directly follows a selective
+region (selective, or a whole-layer recompute) gets that region's id: the boundary is
+rebuilt in backward instead of kept, and a run of selective layers, ending in at most
+one recomputed layer, keeps only its first layer's input and the policy's outputs.
+(AOTAutograd's budgeted partitioner saves the same way: at activation_memory_budget 0.8
+a BatchNorm conv net keeps its convolution outputs and recomputes every block input.)
+A region after a whole-layer recompute is not joined: its boundary would cost that
+layer's whole forward, early, its intermediates held through the backward.
+
+The saved bytes fall at the end of the forward; the rebuilt boundaries live from the
+start of the backward to their own layer's, so a step's peak falls less.
 
 A region is selective when its policy saves anything (MUST_SAVE or PREFER_SAVE marks).
 
@@ -26,8 +33,9 @@ SAVED = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
 
 
 def join_selective_regions(graph: torch.fx.Graph) -> int:
-    """Give every selective region that directly follows another selective region that
-    region's id; the number of regions joined."""
+    """Give every region that directly follows a selective region that region's id
+    (through a run of selective regions, the first one's); the number of regions
+    joined."""
     regions: dict[int, list] = {}
     for node in graph.nodes:
         if "ac_graph_id" in node.meta:
@@ -37,7 +45,7 @@ def join_selective_regions(graph: torch.fx.Graph) -> int:
     order = sorted(regions)
     joined = {}
     for before, after in zip(order, order[1:]):
-        if before in selective and after in selective:
+        if before in selective:
             joined[after] = joined.get(before, before)
     for region, into in joined.items():
         for node in regions[region]:

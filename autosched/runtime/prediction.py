@@ -13,9 +13,9 @@ has no window); offload.OffloadSchedule implements exactly those windows.
 Without one (CPU) every transfer is exposed.
 
 Memory: rest + sum of the layers' own saved bytes + each shared (layer-boundary) storage
-once if anyone keeps it on the device. Where the profile's plans run consecutive selective
-layers as one region (compiled: joined_regions.py), a selective layer that follows a
-selective layer does not keep its inputs (the region rebuilds them).
+once if anyone keeps it on the device. Where the profile's plans join checkpoint regions
+(compiled: joined_regions.py), a selective or recomputed layer that follows a selective
+layer does not keep its inputs (the joined region rebuilds them).
 """
 from __future__ import annotations
 
@@ -68,9 +68,15 @@ class Prediction:
 
 
 def joined(profile, assignment: list[str], i: int) -> bool:
-    """Whether layer i runs in one region with layer i - 1 (both selective, compiled)."""
-    return (profile.joins_selective and i > 0
-            and assignment[i] == assignment[i - 1] == SELECTIVE)
+    """Whether layer i's checkpoint region joins layer i - 1's (compiled, i - 1 selective,
+    i checkpointed whole): then layer i keeps no input."""
+    return (profile.joins_selective and i > 0 and assignment[i - 1] == SELECTIVE
+            and joins_after_selective(assignment[i]))
+
+
+def joins_after_selective(name: str) -> bool:
+    """Whether action `name` checkpoints its whole layer as one region (selective, full)."""
+    return ACTIONS[name].recompute in ("selective", "full")
 
 
 def claimed_shared(profile, assignment: list[str]) -> list[frozenset]:

@@ -6,8 +6,8 @@ on the device); with a copy engine, e_f[i], e_b[i] >= 0 (exposed transfer second
     minimise   sum x[i,a] * compute(i,a) + sum (e_f[i] + e_b[i])       (+ transfers, no engine)
     subject to sum_a x[i,a] = 1                                         for every layer i
                z[s] >= sum_{a saves s} x[i,a]                           for every saver i of s
-               z[s] >= x[i,sel] - x[i-1,sel]     (instead, for s an input of i, where
-                                                  consecutive selective layers join)
+               z[s] >= x[i,sel] + x[i,full] - x[i-1,sel]     (instead, for s an input of
+                            i, where a checkpointed layer after a selective one joins it)
                e_f[i] >= d2h(i) - forward(i+1),  e_b[i] >= h2d(i) - backward(i+1)
                rest + sum x[i,a] * own_bytes(i,a) + sum z[s] * bytes(s) <= budget
 
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UserError
-from .prediction import SELECTIVE, compute_times, predict, transfer_time
+from .prediction import (SELECTIVE, compute_times, joins_after_selective, predict,
+                         transfer_time)
 from .units import format_bytes
 
 MIB = float(1 << 20)
@@ -96,14 +97,16 @@ class _Model:
             for i, layer in enumerate(self.p.layers):
                 savers = {name: k for k, name in self.cols_of(layer.index)
                           if s in layer.options[name].shared}
-                joinable = (self.p.joins_selective and i > 0 and s in layer.input_shared
-                            and SELECTIVE in savers)
-                plain = [k for name, k in savers.items() if not (joinable and name == SELECTIVE)]
+                before = ({n: k for k, n in self.cols_of(self.p.layers[i - 1].index)}
+                          if i > 0 else {})
+                joinable = ([k for name, k in savers.items() if joins_after_selective(name)]
+                            if self.p.joins_selective and s in layer.input_shared
+                            and SELECTIVE in before else [])
+                plain = [k for k in savers.values() if k not in joinable]
                 if plain:
                     out.append(self._at_least(zc, plain))
-                if joinable:      # kept unless the layer before is selective too
-                    before = {n: k for k, n in self.cols_of(self.p.layers[i - 1].index)}
-                    out.append(self._at_least(zc, [savers[SELECTIVE]], before.get(SELECTIVE)))
+                if joinable:      # kept unless the layer before is selective
+                    out.append(self._at_least(zc, joinable, before[SELECTIVE]))
         if self.overlap:
             out += self._overlap_rows()
         return out

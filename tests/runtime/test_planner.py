@@ -39,7 +39,7 @@ def test_shared_storage_counts_once_whoever_saves_it():
     assert predict(p, ["memeff", "recompute"]).saved_bytes == 10 * MB
 
 
-def test_compiled_selective_layers_after_selective_layers_keep_no_input():
+def test_compiled_checkpointed_layers_after_selective_layers_keep_no_input():
     # each layer keeps its input (storage i, 4 MB) under keep and both checkpoints; its
     # output is the next layer's input
     layer = {"keep": (1, 1, 10 * MB, {0}, 0), "selective": (1, 1.2, 3 * MB, {0}, 0),
@@ -51,11 +51,14 @@ def test_compiled_selective_layers_after_selective_layers_keep_no_input():
     assert predict(eager, sel).saved_bytes == 3 * (3 + 4) * MB
     assert predict(compiled, sel).saved_bytes == (3 * 3 + 4) * MB     # the first input only
     assert predict(compiled, sel).layer_bytes == (7 * MB, 3 * MB, 3 * MB)
-    # a run broken by a full recompute starts again with its own input
+    # a recomputed layer after a selective one joins it too (keeps no input); the region
+    # after a recomputed layer starts again with its own input
     assert predict(compiled, ["selective", "recompute", "selective"]).saved_bytes == \
-        (3 + 4 + 4 + 3 + 4) * MB
+        (3 + 4 + 0 + 3 + 4) * MB
     assert predict(compiled, ["recompute", "selective", "selective"]).saved_bytes == \
         (4 + 3 + 4 + 3) * MB
+    assert predict(compiled, ["recompute", "recompute", "selective"]).saved_bytes == \
+        predict(eager, ["recompute", "recompute", "selective"]).saved_bytes == (4 + 4 + 3 + 4) * MB
     # the solver sees the join: in 13 MB the faster selective plan fits only compiled
     assert solve(compiled, 13 * MB).assignment == sel
     assert solve(eager, 13 * MB).assignment == ["recompute"] * 3
