@@ -14,8 +14,9 @@ the same run:
                   b in {1, 0.8, 0.6, 0.4, 0.25, 0.1, 0} (AOTAutograd's knapsack partitioner)
 * plan@p          our plan for p of eager's saved-activation bytes, p in {100, 60, 40, 25}%,
                   applied eagerly (autosched.runtime.apply)
-* plan+compile@p  a plan applied for compilation (apply(..., compile=True)), then
-                  torch.compile at the default budget; solved again with the limit moved by
+* plan+compile@p  a plan compiled (compiled_plans.compile_planned: applied for
+                  compilation, a checkpointed layer after a selective one joined to its
+                  region), at the default budget; solved again with the limit moved by
                   the compiled graph's measured error (below the budget where it measures
                   over, above where it leaves part unused: fit_by_measurement)
 * memeff+partitioner@b  every memory-efficient form (compiled_plans.hybrid_actions) and
