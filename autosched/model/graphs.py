@@ -105,8 +105,8 @@ def aot_backend(graph_pass: Callable, compile_graph: Callable = eager_graph) -> 
     norm's running statistics): written after it returns, the min-cut split's saved
     copies of them would fail autograd's version check in backward. The joint-graph
     post-passes configured for inductor (torch._inductor.config.joint_custom_post_pass,
-    such as runtime.joined_regions.JoinSelectiveRegions) run on the joint graph before the split, as in
-    inductor."""
+    such as runtime.joined_regions.JoinSelectiveRegions) run on the joint graph before
+    the split, as in inductor."""
     from functools import partial
 
     from torch._functorch.aot_autograd import aot_module_simplified

@@ -16,7 +16,7 @@ Where things are:
     apply_plan.py       apply(): a model running under a plan, parameters shared
                         (compile=True: built for torch.compile, the plan's memory kept)
     compiled_plans.py   compile_planned(): a plan compiled, alone or with the partitioner
-    joined_regions.py   consecutive selective layers as one region under compile
+    joined_regions.py   compiled: checkpoint regions after a selective one joined to it
     measured_choice.py  choices checked by measurement: Pareto-consistent, within budget
     document.py         Plan: the versioned JSON document and its table
     model_profile.py    profile_model(): per layer and action, measured time and bytes

@@ -15,8 +15,8 @@
 | offload+memeff                 | host copies of the memeff-reduced set    | smaller transfers     |
 
 `recompute` is non-reentrant `torch.utils.checkpoint`; `selective` is the same with a
-`create_selective_checkpoint_contexts` policy (checkpointing.py; compiled, a run of
-selective layers is one region that keeps only its first layer's input,
+`create_selective_checkpoint_contexts` policy (checkpointing.py; compiled, a selective
+or recomputed layer after a selective one joins its region and keeps no input,
 joined_regions.py); `recompute_attention`
 checkpoints only the layer's attention-core submodules, as Megatron-LM's selective
 recomputation does; `offload` is offload.py; the memeff forms are memeff/.

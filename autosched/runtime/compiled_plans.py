@@ -38,8 +38,8 @@ def partitioner_backend(memory_budget: float, backend="inductor", join_selective
     """`backend` (a registered name such as "inductor", or a backend callable such as
     autosched.torch.backend(DIR)) with activation_memory_budget set while AOTAutograd
     partitions (1, the default: save what the graph and its checkpoint marks leave);
-    join_selective: consecutive selective-checkpoint regions partitioned as one
-    (joined_regions.py: a run of selective layers keeps only its first input).
+    join_selective: a checkpoint region after a selective one partitioned as one with it
+    (joined_regions.py: its input is rebuilt, not kept).
 
     A callable of its own on every call: dynamo keeps compiled entries per backend, so two
     models compiled at different budgets never share a graph (with one backend they can:
@@ -58,11 +58,11 @@ def compile_planned(model, plan_or_actions, kernels: dict | None = None,
                     attention_cores=None):
     """torch.compile of `model` under a Plan (or a list of action names) applied for
     compilation, partitioned at `memory_budget` (1: the partitioner saves what the plan
-    leaves; lower: it also recomputes within that fraction), consecutive selective layers
-    as one region (the boundaries between them recomputed: what compiled profiles and
-    plans assume; a plain torch.compile of apply(..., compile=True) keeps them). `backend`: as for
-    partitioner_backend (autosched.torch.backend(DIR) runs the plan's operators on tuned
-    kernels). Parameters are shared."""
+    leaves; lower: it also recomputes within that fraction), a selective or recomputed
+    layer after a selective one joined to its region (its input rebuilt, not kept: what
+    compiled profiles and plans assume; a plain torch.compile of apply(..., compile=True)
+    keeps it). `backend`: as for partitioner_backend (autosched.torch.backend(DIR) runs
+    the plan's operators on tuned kernels). Parameters are shared."""
     if isinstance(plan_or_actions, list):
         planned = apply_actions(model, plan_or_actions, layers, attention_cores, kernels,
                                 compile=True)
@@ -74,10 +74,10 @@ def compile_planned(model, plan_or_actions, kernels: dict | None = None,
 
 
 def joins_selective_regions(backend) -> bool:
-    """Whether compile_planned on `backend` runs consecutive selective layers as one
-    region: backends that run inductor's joint-graph post-passes (inductor, and
-    autosched.torch.backend through model.graphs.aot_backend); others keep every
-    selective layer's input."""
+    """Whether compile_planned on `backend` joins checkpoint regions after selective ones
+    (joined_regions.py): backends that run inductor's joint-graph post-passes (inductor,
+    and autosched.torch.backend through model.graphs.aot_backend); others keep every
+    checkpointed layer's input."""
     if isinstance(backend, str):
         return backend == "inductor"
     from ..torch.backend import AutoschedBackend

@@ -64,8 +64,8 @@ class JoinSelectiveRegions(CustomGraphPass):
 
 
 def joining_selective_regions():
-    """A context in which compiles join consecutive selective regions (after the joint
-    post-passes already configured)."""
+    """A context in which compiles join regions to the selective regions before them
+    (after the joint post-passes already configured)."""
     import torch._inductor.config as inductor
 
     passes = tuple(get_custom_graph_passes(inductor.joint_custom_post_pass))

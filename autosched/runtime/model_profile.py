@@ -24,9 +24,9 @@ Storages that cross a layer boundary (a layer's inputs and outputs) are "shared"
 saves one, it is counted once. The profile therefore keeps, per action, the layer's own
 ("internal") bytes and the set of shared storages it saves; the predictor (prediction.py)
 adds a shared storage once if any of its savers keeps it on the device. A plan compiled
-with compile_planned on inductor or autosched.torch.backend runs consecutive selective
-layers as one region (joined_regions.py): there a selective layer after a selective layer
-does not keep its inputs (ModelProfile.joins_selective).
+with compile_planned on inductor or autosched.torch.backend joins a selective or
+recomputed layer after a selective one to its region (joined_regions.py): that layer does
+not keep its inputs (ModelProfile.joins_selective).
 """
 from __future__ import annotations
 
@@ -90,8 +90,8 @@ class ModelProfile:
     layer_rule: str
     memeff_kernels: dict = field(default_factory=dict)  # kind -> Kernel.id measured with
     compiled_with: str | None = None   # the torch.compile backend the times are of, if any
-    # consecutive selective layers run as one region, all but the first keeping no input
-    # (plans compiled with compile_planned on a backend that joins them)
+    # a selective or recomputed layer after a selective one joins its region, keeping no
+    # input (plans compiled with compile_planned on a backend that joins regions)
     joins_selective: bool = False
 
 
