@@ -19,7 +19,7 @@ MB = 1 << 20
 def profile(layers, shared=None, rest_shared=(), overlap=False, bw=1e9, rest_bytes=0,
             compiled=False):
     """layers: list of {action: (fwd, bwd, own bytes, shared ids, host bytes)}; layer i's
-    input is shared storage i; compiled: consecutive selective layers join."""
+    input is shared storage i; compiled: regions after selective ones join."""
     lps = [LayerProfile(f"blocks.{i}", i, {n: ActionCost(f, b, m, frozenset(s), h)
                                            for n, (f, b, m, s, h) in opts.items()},
                         input_shared=frozenset({i}))
