@@ -270,3 +270,34 @@ def test_checkpointed_layers_after_selective_layers_join_their_region(backend, g
                             (["recompute", "recompute", "selective"], 0)):
         assert saved(actions, True) == saved(actions, False) - joined * boundary, actions
     assert joins_selective_regions(backend) is (backend == "inductor")
+
+
+class _DropoutBlock(nn.Module):
+    def __init__(self, c=8):
+        super().__init__()
+        self.conv, self.drop = nn.Conv2d(c, c, 3, padding=1), nn.Dropout(0.5)
+
+    def forward(self, x):
+        return torch.relu(x + self.drop(self.conv(x)))
+
+
+@pytest.mark.parametrize("backend", ["inductor", "aot_backend"])
+def test_joined_regions_rebuild_dropout_boundaries_with_the_forward_masks(backend):
+    from autosched.model.graphs import aot_backend
+
+    backend = aot_backend(lambda gm, kind: None) if backend == "aot_backend" else backend
+    torch.manual_seed(0)
+    model = nn.Sequential(*(_DropoutBlock() for _ in range(3)))
+    x = torch.randn(2, 8, 8, 8)
+
+    def grads(actions):
+        run = compile_planned(model, actions, backend=backend)
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(123)          # the same masks in every forward
+        run(x).square().mean().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    kept = grads(["keep"] * 3)
+    for actions in (["selective"] * 3, ["selective", "recompute", "recompute"]):
+        for got, ref in zip(grads(actions), kept):
+            assert torch.equal(got, ref), actions
