@@ -17,7 +17,7 @@ provenance = load_by_path(BENCH / "provenance.py", "bench_provenance")
 
 # bench modules that are imported by the scripts and write nothing themselves
 LIBRARIES = {"model_library.py", "ops.py", "peers.py", "provenance.py",
-             "training_plans_report.py"}
+             "training_plans_points.py", "training_plans_report.py"}
 
 
 @pytest.fixture(scope="module")
