@@ -224,11 +224,11 @@ def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_
     loss.backward()
     del loss
     calls = capture.single_calls()
-    shared_ids, shared_bytes, out_ids = {}, {}, {}
+    shared_ids, shared_bytes, in_ids, out_ids = {}, {}, {}, {}
     for layer in found:
         call = calls[layer.name]
-        for t in tensors_in((call.args, call.kwargs)):
-            _share(t, shared_ids, shared_bytes)
+        in_ids[layer.name] = frozenset(_share(t, shared_ids, shared_bytes)
+                                       for t in tensors_in((call.args, call.kwargs)))
         out_ids[layer.name] = [_share(t, shared_ids, shared_bytes)
                                for t in tensors_in(call.output)]
     rest_bytes, rest_shared = 0, set()
@@ -241,7 +241,7 @@ def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_
     keep_bytes = meter.device_bytes
     meter.release()
     device = next((t.device for t in exclude), torch.device("cpu"))
-    profiles = _profile_layers(found, calls, exclude, shared_ids, out_ids, actions,
+    profiles = _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, actions,
                                allow_offload, repeats, clock_fn(clock), kernels, backend)
     profiles, whole_time = _in_context(model, inputs, loss_fn, found, calls, profiles,
                                        container, kernels, backend, repeats, clock)
@@ -289,8 +289,8 @@ def _groups(found, calls) -> dict:
     return groups
 
 
-def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_offload,
-                    repeats, now, kernels, backend=None) -> list[LayerProfile]:
+def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, actions,
+                    allow_offload, repeats, now, kernels, backend=None) -> list[LayerProfile]:
     """Bytes per layer and action; times pooled over layers with the same signature (each
     runs `repeats` times, the median is over all their runs), so identical blocks get the
     same, steadier, numbers; actions whose medians do not separate get up to 3x the
@@ -339,11 +339,8 @@ def _profile_layers(found, calls, exclude, shared_ids, out_ids, actions, allow_o
         trace, names, cores = info[layer.name]
         options = {n: ActionCost(*times[layer.name, n][:2], *saved[layer.name, n],
                                  spread_s=times[layer.name, n][2]) for n in names}
-        call = calls[layer.name]
-        inputs = frozenset(_share(t, shared_ids, {}) for t in tensors_in((call.args,
-                                                                          call.kwargs)))
         profiles.append(LayerProfile(layer.name, layer.index, options, trace.custom_ops(),
-                                     cores, swappable(layer.module), inputs))
+                                     cores, swappable(layer.module), in_ids[layer.name]))
     return profiles
 
 

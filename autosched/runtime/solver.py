@@ -93,20 +93,21 @@ class _Model:
             for k, _ in self.cols_of(layer.index):
                 row[k] = 1.0
             out.append((row, 1.0, 1.0))
+        # per layer, the column of its predecessor running selective (joins), if any
+        selective_before = [None] + [dict((n, k) for k, n in self.cols_of(layer.index))
+                                     .get(SELECTIVE) for layer in self.p.layers[:-1]]
         for s, zc in self.z.items():
-            for i, layer in enumerate(self.p.layers):
+            for layer, before in zip(self.p.layers, selective_before):
                 savers = {name: k for k, name in self.cols_of(layer.index)
                           if s in layer.options[name].shared}
-                before = ({n: k for k, n in self.cols_of(self.p.layers[i - 1].index)}
-                          if i > 0 else {})
                 joinable = ([k for name, k in savers.items() if joins_after_selective(name)]
-                            if self.p.joins_selective and s in layer.input_shared
-                            and SELECTIVE in before else [])
+                            if self.p.joins_selective and before is not None
+                            and s in layer.input_shared else [])
                 plain = [k for k in savers.values() if k not in joinable]
                 if plain:
                     out.append(self._at_least(zc, plain))
                 if joinable:      # kept unless the layer before is selective
-                    out.append(self._at_least(zc, joinable, before[SELECTIVE]))
+                    out.append(self._at_least(zc, joinable, before))
         if self.overlap:
             out += self._overlap_rows()
         return out
