@@ -16,7 +16,8 @@ from .offload import LayerOffload, OffloadSchedule
 from .planned_layer import PlannedLayer
 
 
-def apply(model, plan, kernels: dict | None = None, compile: bool = False):
+def apply(model, plan, kernels: dict | None = None, compile: bool = False,
+          backend="inductor"):
     """Return `model` running under `plan`.
 
     kernels: memory-efficient kernel implementations by kind ({"gelu": Kernel,
@@ -24,6 +25,8 @@ def apply(model, plan, kernels: dict | None = None, compile: bool = False):
     result to be passed to `torch.compile` (recompute as checkpoint regions and policies
     the compiler honours, memory-efficient forms as custom ops, offloaded layers outside
     the graph; see planned_layer.py); the plan's memory then holds in the compiled model.
+    backend: the torch.compile backend it will be compiled with (selective layers leave
+    batch norms to a partitioner that sees them decomposed, checkpointing.compiled_policy).
     """
     path = plan.model.get("container")
     if path is None:
@@ -40,12 +43,12 @@ def apply(model, plan, kernels: dict | None = None, compile: bool = False):
             raise UserError(f"layer {lp.name}: unknown action {lp.action!r}")
     kernels = {"gelu": TORCH_GELU, "layer_norm": TORCH_LAYER_NORM, **(kernels or {})}
     return apply_actions(model, plan.actions, path, [lp.attention_cores for lp in plan.layers],
-                         kernels, compile=compile)
+                         kernels, compile=compile, backend=backend)
 
 
 def apply_actions(model, actions: list[str], layers: str | None = None, attention_cores=None,
                   kernels: dict | None = None, offload_factory=LayerOffload,
-                  compile: bool = False):
+                  compile: bool = False, backend="inductor"):
     """Like apply, from a bare list of action names (the baselines use it).
 
     attention_cores: per layer, the submodule names `recompute_attention` checkpoints
@@ -64,5 +67,5 @@ def apply_actions(model, actions: list[str], layers: str | None = None, attentio
     for layer, action, core in zip(find_layers(planned, layers), actions, cores):
         replace_submodule(planned, layer.name, PlannedLayer(
             layer.module, ACTIONS[action], layer.index, schedule, core, kernels,
-            offload_factory, compile))
+            offload_factory, compile, backend))
     return planned

@@ -65,9 +65,9 @@ def compile_planned(model, plan_or_actions, kernels: dict | None = None,
     the plan's operators on tuned kernels). Parameters are shared."""
     if isinstance(plan_or_actions, list):
         planned = apply_actions(model, plan_or_actions, layers, attention_cores, kernels,
-                                compile=True)
+                                compile=True, backend=backend)
     else:
-        planned = apply(model, plan_or_actions, kernels, compile=True)
+        planned = apply(model, plan_or_actions, kernels, compile=True, backend=backend)
     return torch.compile(clone_structure(planned) if planned is model else planned,
                          backend=partitioner_backend(memory_budget, backend,
                                                      join_selective=True))

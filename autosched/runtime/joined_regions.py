@@ -18,7 +18,9 @@ layer's whole forward, early, its intermediates held through the backward.
 The saved bytes fall at the end of the forward; the rebuilt boundaries live from the
 start of the backward to their own layer's, so a step's peak falls less.
 
-A region is selective when its policy saves anything (MUST_SAVE or PREFER_SAVE marks).
+A region is selective when its policy marks anything MUST_SAVE (PREFER_SAVE is no mark
+to the min-cut partitioner: checkpointing.save_compute_heavy_compiled leaves
+batch norms to it that way).
 
     with joining_selective_regions():     # around the compile: inductor's joint-graph
         compiled(gm, example_inputs)      # passes, and model.graphs.aot_backend's
@@ -29,7 +31,6 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_custom_graph_passes
 from torch.utils.checkpoint import CheckpointPolicy
 
-SAVED = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
 
 
 def join_selective_regions(graph: torch.fx.Graph) -> int:
@@ -41,7 +42,8 @@ def join_selective_regions(graph: torch.fx.Graph) -> int:
         if "ac_graph_id" in node.meta:
             regions.setdefault(node.meta["ac_graph_id"], []).append(node)
     selective = {i for i, nodes in regions.items()
-                 if any(n.meta.get("recompute") in SAVED for n in nodes)}
+                 if any(n.meta.get("recompute") == CheckpointPolicy.MUST_SAVE
+                        for n in nodes)}
     order = sorted(regions)
     joined = {}
     for before, after in zip(order, order[1:]):

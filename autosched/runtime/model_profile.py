@@ -313,7 +313,8 @@ def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, actions,
                 first = members[0]
                 timed = torch.compile(PlannedLayer(
                     first.module, ACTIONS[name], first.index, None, info[first.name][2],
-                    kernels, compile=True), backend=partitioner_backend(1.0, backend))
+                    kernels, compile=True, backend=backend),
+                    backend=partitioner_backend(1.0, backend))
             runners[name] = []
             for layer in members:
                 body = PlannedLayer(layer.module, ACTIONS[name], layer.index, None,

@@ -5,8 +5,9 @@ offloading through offload.py (its hooks, and the OffloadSchedule shared by a mo
 offloaded layers).
 
 `compile=True` builds the layer for torch.compile: the memory-efficient forms run as custom
-ops (memeff/ops.py), the selective policy is the bare policy (the compiler applies it to
-the graph; the saved tensors of the compiled graph reach the meters' hooks themselves),
+ops (memeff/ops.py), the selective policy is the one for the backend that compiles it
+(checkpointing.compiled_policy), unreported (the compiler applies it to the graph; the
+saved tensors of the compiled graph reach the meters' hooks themselves),
 and an offloaded layer runs outside the compiled graph (torch.compiler.disable): its
 saved-tensor hooks and copy streams sit at a region boundary the compiler does not trace.
 """
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from .actions import Action
-from .checkpointing import full_checkpoint, selective_checkpoint
+from .checkpointing import compiled_policy, full_checkpoint, selective_checkpoint
 from .layers import tensors_in
 from .memeff import TORCH_GELU, TORCH_LAYER_NORM, swap_memeff
 from .meter import storage_key
@@ -63,16 +64,17 @@ class PlannedLayer(nn.Module):
 
     offload_factory makes the saved-tensor hooks of each offloaded forward (LayerOffload's
     signature); a caller may pass a subclass that observes them. compile: build for
-    torch.compile (the module docstring).
+    torch.compile with `backend` (the module docstring).
     """
 
     def __init__(self, module: nn.Module, action: Action, index: int,
                  schedule: OffloadSchedule | None = None, attention_cores=(), kernels=None,
-                 offload_factory=LayerOffload, compile: bool = False):
+                 offload_factory=LayerOffload, compile: bool = False, backend="inductor"):
         super().__init__()
         self.action_name = action.name
         self.index = index
         self.compile = compile
+        self._compiled_policy = compiled_policy(backend)
         self.body = build_body(module, action, attention_cores, kernels, compile)
         self._action = action
         self._schedule = schedule
@@ -85,7 +87,9 @@ class PlannedLayer(nn.Module):
         if a.recompute == "full":
             out = full_checkpoint(self.body, *args, **kwargs)
         elif a.recompute == "selective":
-            out = selective_checkpoint(self.body, *args, report=not self.compile, **kwargs)
+            out = (selective_checkpoint(self.body, *args, policy=self._compiled_policy,
+                                        report=False, **kwargs) if self.compile
+                   else selective_checkpoint(self.body, *args, **kwargs))
         elif a.offload and torch.is_grad_enabled():
             out = self._eager(self._offloaded, *args, **kwargs)
         else:

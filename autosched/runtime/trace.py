@@ -22,6 +22,12 @@ COMPUTE_HEAVY = {
     "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
 }
+# Batch norms in training: statistics reduced over the whole batch, then an elementwise
+# normalisation of an input that is usually a saved convolution output.
+BATCH_NORMS = {
+    "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+    "_batch_norm_with_update", "_batch_norm_with_update_functional",
+}
 SOFTMAX_LIKE = {"_softmax", "_safe_softmax", "softmax", "_scaled_dot_product_flash_attention",
                 "_scaled_dot_product_flash_attention_for_cpu",
                 "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"}

@@ -17,7 +17,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 import autosched.runtime as rt
 from autosched.runtime.apply_plan import apply_actions
-from autosched.runtime.checkpointing import save_compute_heavy
+from autosched.runtime.checkpointing import save_compute_heavy, save_compute_heavy_decomposed
 from autosched.runtime.compiled_plans import compile_planned, hybrid_actions
 from autosched.runtime.measured_choice import (
     MeasuredPlan,
@@ -155,6 +155,11 @@ def test_plan_costed_compiled_stays_within_budget_under_compile(tiny_gpt, grads,
 ])
 def test_selective_policy_decisions(op, decision):
     assert save_compute_heavy(None, op) is decision
+    # compiled: the same, but batch norms are left to the partitioner (no mark)
+    assert save_compute_heavy_decomposed(None, op) is decision
+    batch_norm = torch.ops.aten._native_batch_norm_legit.default
+    assert save_compute_heavy(None, batch_norm) is CheckpointPolicy.PREFER_RECOMPUTE
+    assert save_compute_heavy_decomposed(None, batch_norm) is CheckpointPolicy.PREFER_SAVE
 
 
 def test_pareto_consistent_choice_and_inversions():
@@ -260,7 +265,8 @@ def test_checkpointed_layers_after_selective_layers_join_their_region(backend, g
         if join:
             run = compile_planned(model, actions, layers="blocks", backend=backend)
         else:          # a plain compile of the applied plan: every region keeps its input
-            run = torch.compile(apply_actions(model, actions, "blocks", compile=True),
+            run = torch.compile(apply_actions(model, actions, "blocks", compile=True,
+                                              backend=backend),
                                 backend=partitioner_backend(1.0, backend))
         assert max_rel_error(ref, grads(model, run, inputs, None)) < 1e-5
         return saved_bytes(run, inputs, None, state)
@@ -301,3 +307,36 @@ def test_joined_regions_rebuild_dropout_boundaries_with_the_forward_masks(backen
     for actions in (["selective"] * 3, ["selective", "recompute", "recompute"]):
         for got, ref in zip(grads(actions), kept):
             assert torch.equal(got, ref), actions
+
+
+@pytest.mark.parametrize("built_for, recomputed", [("inductor", 0), ("aot_backend", 6)])
+def test_selective_layers_leave_batch_norms_to_a_decomposing_partitioner(built_for, recomputed):
+    """Built for a backend that decomposes batch norms before partitioning, selective
+    layers let the partitioner keep each batch norm's statistics: the backward reduces
+    no batch again. Built for one that partitions them whole, the policy recomputes each
+    batch norm whole (3 blocks x 2 batch norms: 6 reductions), as it must there (left
+    unmarked, a whole batch norm's output would be kept)."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.decomposition import select_decomp_table
+
+    from autosched.model.graphs import aot_backend
+
+    backend = aot_backend(lambda gm, kind: None) if built_for == "aot_backend" else built_for
+    graphs = {}
+
+    def keeping(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind] = gm
+            return make_boxed_func(gm.forward)
+        return compiler
+    decomposing = aot_autograd(fw_compiler=keeping("forward"), bw_compiler=keeping("backward"),
+                               decompositions=select_decomp_table(),
+                               partition_fn=min_cut_rematerialization_partition)
+    model = _Chain()
+    planned = apply_actions(model, ["selective"] * 3, "blocks", compile=True, backend=backend)
+    torch.compile(planned, backend=decomposing)(torch.randn(2, 8, 8, 8)).backward()
+    reductions = [n for n in graphs["backward"].graph.nodes
+                  if n.target is torch.ops.aten.var_mean.correction]
+    assert len(reductions) == recomputed
