@@ -70,6 +70,7 @@ from autosched.errors import UserError
 from autosched.runtime.compiled_plans import allow_recompiles
 from autosched.runtime.model_profile import profile_model
 from autosched.runtime.modelfile import load_model_file
+from autosched.runtime.prediction import predict
 from autosched.runtime.training_step import CLOCKS, parameter_grads, training_step
 from autosched.runtime.units import format_bytes
 
@@ -102,9 +103,10 @@ def run_model(name, path: Path, args, kernels, work: Path) -> list[dict]:
     saved, chosen_on, times = measure(points, inputs, loss_fn, args.rounds, args.steps,
                                       args.clock)
     ref = parameter_grads(model, inputs, loss_fn)
-    drift = times["eager"] / profiles[0].keep_step_time_s
-    print(f"{name}: eager measured {times['eager'] * 1e3:.1f} ms, profiled "
-          f"{profiles[0].keep_step_time_s * 1e3:.1f} ms (drift x{drift:.3f})", flush=True)
+    drift = drifts(profiles, times)
+    for method, (point, x) in drift.items():
+        print(f"{name}: {point} measured {times[point] * 1e3:.1f} ms, profiled (all kept, "
+              f"for {method}) {times[point] / x * 1e3:.1f} ms (drift x{x:.3f})", flush=True)
     rows = []
     for k, (m, info) in points.items():
         row = {"model": name, "point": k, **info, "saved": saved[k], "time_s": times[k],
@@ -115,10 +117,25 @@ def run_model(name, path: Path, args, kernels, work: Path) -> list[dict]:
         if "budget_bytes" in info:
             row["fits"] = saved[k] <= info["budget_bytes"]
             row["pred_err"] = (row["pred_time_s"] - times[k]) / times[k]
-            # the machine's drift since profiling, seen on the eager model (shared cores)
-            row["pred_err_drift_corrected"] = (row["pred_time_s"] * drift - times[k]) / times[k]
+            # the machine's drift since profiling (shared cores), seen on the all-kept
+            # model its profile timed too
+            x = drift[info["method"]][1]
+            row["pred_err_drift_corrected"] = (row["pred_time_s"] * x - times[k]) / times[k]
         rows.append(row)
     return rows + consistent_rows(rows)
+
+
+# per plan family, the measured point that runs what its profile timed as all kept
+DRIFT_ANCHORS = {"plan": "eager", "plan+compile": "compile@1",
+                 "plan+kernels": "kernels+partitioner@1"}
+
+
+def drifts(profiles, times) -> dict:
+    """{plan method: (anchor point, its measured time over its profile's all-kept step)}:
+    how much faster or slower the machine ran since each profile (eager, compiled, on
+    tuned kernels: `profiles` in that order)."""
+    return {method: (point, times[point] / predict(p, ["keep"] * len(p.layers)).step_time_s)
+            for (method, point), p in zip(DRIFT_ANCHORS.items(), profiles) if point in times}
 
 
 def tuned_backend(path: Path, work: Path, args):
