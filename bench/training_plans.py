@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -100,8 +101,9 @@ def run_model(name, path: Path, args, kernels, work: Path) -> list[dict]:
           f"{time.monotonic() - started:.0f} s; eager saves "
           f"{format_bytes(profiles[0].keep_saved_bytes)}", flush=True)
     points = build_points(model, inputs, loss_fn, profiles, kernels, tuned)
-    saved, chosen_on, times = measure(points, inputs, loss_fn, args.rounds, args.steps,
-                                      args.clock)
+    saved, chosen_on, reported = measure(points, inputs, loss_fn, args.rounds, args.steps,
+                                         args.clock)
+    times = {k: statistics.median(v) for k, v in reported.items()}
     ref = parameter_grads(model, inputs, loss_fn)
     drift = drifts(profiles, times)
     for method, (point, x) in drift.items():
@@ -110,7 +112,8 @@ def run_model(name, path: Path, args, kernels, work: Path) -> list[dict]:
     rows = []
     for k, (m, info) in points.items():
         row = {"model": name, "point": k, **info, "saved": saved[k], "time_s": times[k],
-               "choice_time_s": chosen_on[k],
+               "time_samples_s": reported[k],
+               "choice_time_s": statistics.median(chosen_on[k]),
                "grad_rel_err": grad_error(ref, parameter_grads(m, inputs, loss_fn, model))}
         if args.device.startswith("cuda"):
             row["peak_allocated"] = peak_allocated(m, inputs, loss_fn)

@@ -5,7 +5,6 @@ saved bytes and interleaved step times (training_plans.py's docstring says what 
 """
 from __future__ import annotations
 
-import statistics
 import time
 import traceback
 
@@ -136,9 +135,10 @@ def _info(p, spec, budget) -> dict:
 
 
 def measure(points, inputs, loss_fn, rounds, steps, clock):
-    """Saved bytes (one metered step) and two medians over interleaved rounds: of the
+    """Saved bytes (one metered step) and, over interleaved rounds, the step times of the
     first half of the rounds (what choices are made on) and of the second (what is
-    reported), so a choice's luck in its own measurement does not flatter the report."""
+    reported), so a choice's luck in its own measurement does not flatter the report:
+    (saved, {point: first half's times}, {point: second half's times})."""
     saved = {}
     for k, (m, _) in list(points.items()):
         try:
@@ -157,7 +157,7 @@ def measure(points, inputs, loss_fn, rounds, steps, clock):
     times = {k: times[first[id(m)]] for k, (m, _) in points.items()}
     half = rounds // 2
 
-    def med(v):
-        return statistics.median([t for r in v for t in r])
-    return saved, {k: med(v[:half]) for k, v in times.items()}, \
-        {k: med(v[half:]) for k, v in times.items()}
+    def flat(v):
+        return [t for r in v for t in r]
+    return saved, {k: flat(v[:half]) for k, v in times.items()}, \
+        {k: flat(v[half:]) for k, v in times.items()}

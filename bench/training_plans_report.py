@@ -54,9 +54,10 @@ def verdicts(rows) -> dict:
             peers = [c["time_s"] for c in comp if c["saved"] <= r["saved"]]
             ratios[r["budget"]] = r["time_s"] / min(peers) if peers else None
         plans = [r for r in mine if r["method"] in ("plan", *COMPILED_PLANS)]
-        inv = {m: len(inversions([MeasuredPlan(r["budget_bytes"], r["saved"], r["time_s"])
-                                  for r in mine if r["method"] == m]))
-               for m in ("plan", *COMPILED_PLANS, "plan*", "plan+compile*")}
+        measured = {m: [MeasuredPlan(r["budget_bytes"], r["saved"], r["time_s"],
+                                     tuple(r["time_samples_s"]))
+                        for r in mine if r["method"] == m]
+                    for m in ("plan", *COMPILED_PLANS, "plan*", "plan+compile*")}
         chosen = [r for r in mine if r["method"] in ("plan*", "plan+compile*")]
         out[name] = {
             "ratio_vs_best_compile_at_equal_or_lower_saved": ratios,
@@ -68,7 +69,10 @@ def verdicts(rows) -> dict:
                                             if "pred_err" in r), default=None),
             "max_abs_pred_err_drift_corrected": max(abs(r["pred_err_drift_corrected"])
                                                     for r in plans),
-            "inversions": inv,
+            "inversions": {m: len(inversions(v)) for m, v in measured.items()},
+            # where the slower plan's samples separate from the faster one's
+            "inversions_beyond_noise": {m: len(inversions(v, beyond_noise=True))
+                                        for m, v in measured.items()},
             "max_grad_rel_err": max(r["grad_rel_err"] for r in mine),
         }
     return out

@@ -19,12 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .timing import separated
+
 
 @dataclass(frozen=True)
 class MeasuredPlan:
     budget_bytes: int
     saved_bytes: int          # measured saved-activation bytes of the applied plan
     time_s: float             # measured step time of the applied plan
+    samples: tuple = ()       # the step times time_s is the median of, where kept
 
 
 def pareto_consistent(plans: list[MeasuredPlan]) -> list[int | None]:
@@ -33,11 +36,15 @@ def pareto_consistent(plans: list[MeasuredPlan]) -> list[int | None]:
     return [fastest_within(plans, p.budget_bytes) for p in plans]
 
 
-def inversions(plans: list[MeasuredPlan], tolerance: float = 0.0) -> list[tuple[int, int]]:
+def inversions(plans: list[MeasuredPlan], tolerance: float = 0.0,
+               beyond_noise: bool = False) -> list[tuple[int, int]]:
     """(i, j) pairs where plan i, for a larger budget, measures slower than plan j, for a
-    smaller one, by more than `tolerance` (a fraction of j's time)."""
+    smaller one, by more than `tolerance` (a fraction of j's time); beyond_noise: and
+    their samples separate (timing.separated: the medians apart by more than both
+    spreads), so the order is the plans', not the machine's."""
     return [(i, j) for i, p in enumerate(plans) for j, q in enumerate(plans)
-            if q.budget_bytes < p.budget_bytes and p.time_s > q.time_s * (1 + tolerance)]
+            if q.budget_bytes < p.budget_bytes and p.time_s > q.time_s * (1 + tolerance)
+            and (not beyond_noise or separated(list(p.samples), list(q.samples)))]
 
 
 class Fit(NamedTuple):

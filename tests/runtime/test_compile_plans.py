@@ -176,6 +176,17 @@ def test_pareto_consistent_choice_and_inversions():
     assert inversions(plans) == [(1, 2)]
 
 
+def test_inversions_beyond_noise_need_separated_samples():
+    mib = 1 << 20
+    steady = MeasuredPlan(60 * mib, 58 * mib, 0.170, (0.169, 0.170, 0.170, 0.171))
+    smaller = MeasuredPlan(40 * mib, 39 * mib, 0.160, (0.159, 0.160, 0.160, 0.161))
+    noisy = MeasuredPlan(40 * mib, 39 * mib, 0.160, (0.130, 0.150, 0.170, 0.190))
+    assert inversions([steady, smaller], beyond_noise=True) == [(0, 1)]
+    # 10 ms slower by the medians, but the smaller plan's spread (half its IQR) is wider
+    assert inversions([steady, noisy]) == [(0, 1)]
+    assert inversions([steady, noisy], beyond_noise=True) == []
+
+
 def test_fastest_within_ignores_what_each_plan_was_made_for():
     plans = [MeasuredPlan(0, 30, 0.10), MeasuredPlan(0, 20, 0.12), MeasuredPlan(0, 20, 0.11)]
     assert [fastest_within(plans, b) for b in (10, 20, 25, 30)] == [None, 2, 2, 0]
