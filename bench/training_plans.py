@@ -177,8 +177,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: a shared machine's other load does not stall "
                          "OpenMP barriers)")
-    ap.add_argument("--repeats", type=int, default=3, help="profile runs per layer and action")
-    ap.add_argument("--rounds", type=int, default=16,
+    ap.add_argument("--repeats", type=int, default=5, help="profile runs per layer and action")
+    ap.add_argument("--rounds", type=int, default=40,
                     help="interleaved timing rounds: choices use the first half, the "
                          "report the second")
     ap.add_argument("--steps", type=int, default=1,
