@@ -19,7 +19,7 @@ The saved bytes fall at the end of the forward; the rebuilt boundaries live from
 start of the backward to their own layer's, so a step's peak falls less.
 
 A region is selective when its policy marks anything MUST_SAVE (PREFER_SAVE is no mark
-to the min-cut partitioner: checkpointing.save_compute_heavy_compiled leaves
+to the min-cut partitioner: checkpointing.save_compute_heavy_decomposed leaves
 batch norms to it that way).
 
     with joining_selective_regions():     # around the compile: inductor's joint-graph

@@ -44,7 +44,7 @@ def inversions(plans: list[MeasuredPlan], tolerance: float = 0.0,
     spreads), so the order is the plans', not the machine's."""
     return [(i, j) for i, p in enumerate(plans) for j, q in enumerate(plans)
             if q.budget_bytes < p.budget_bytes and p.time_s > q.time_s * (1 + tolerance)
-            and (not beyond_noise or separated(list(p.samples), list(q.samples)))]
+            and (not beyond_noise or separated(p.samples, q.samples))]
 
 
 class Fit(NamedTuple):

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from .actions import Action
-from .checkpointing import compiled_policy, full_checkpoint, selective_checkpoint
+from .checkpointing import (compiled_policy, full_checkpoint, save_compute_heavy,
+                            selective_checkpoint)
 from .layers import tensors_in
 from .memeff import TORCH_GELU, TORCH_LAYER_NORM, swap_memeff
 from .meter import storage_key
@@ -74,7 +75,7 @@ class PlannedLayer(nn.Module):
         self.action_name = action.name
         self.index = index
         self.compile = compile
-        self._compiled_policy = compiled_policy(backend)
+        self._policy = compiled_policy(backend) if compile else save_compute_heavy
         self.body = build_body(module, action, attention_cores, kernels, compile)
         self._action = action
         self._schedule = schedule
@@ -87,9 +88,8 @@ class PlannedLayer(nn.Module):
         if a.recompute == "full":
             out = full_checkpoint(self.body, *args, **kwargs)
         elif a.recompute == "selective":
-            out = (selective_checkpoint(self.body, *args, policy=self._compiled_policy,
-                                        report=False, **kwargs) if self.compile
-                   else selective_checkpoint(self.body, *args, **kwargs))
+            out = selective_checkpoint(self.body, *args, policy=self._policy,
+                                       report=not self.compile, **kwargs)
         elif a.offload and torch.is_grad_enabled():
             out = self._eager(self._offloaded, *args, **kwargs)
         else:

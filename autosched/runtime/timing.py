@@ -10,7 +10,7 @@ alternatives round by round, so load from outside reaches each alike.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 
 def spread(samples: list[float]) -> float:
@@ -21,7 +21,7 @@ def spread(samples: list[float]) -> float:
     return (q3 - q1) / 2
 
 
-def separated(a: list[float], b: list[float]) -> bool:
+def separated(a: Sequence[float], b: Sequence[float]) -> bool:
     """Whether the medians of two sample sets are apart by more than both spreads."""
     return abs(statistics.median(a) - statistics.median(b)) > spread(a) + spread(b)
 
