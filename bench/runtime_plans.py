@@ -117,7 +117,7 @@ def build(model, profile, actions, plan, kernels):
     if plan is not None:
         return apply(model, plan, kernels)
     cores = [layer.attention_cores for layer in profile.layers]
-    return apply_actions(model, actions, profile.container, cores)
+    return apply_actions(model, actions, profile.containers, cores)
 
 
 def measure_all(models, inputs, rounds, steps, clock):

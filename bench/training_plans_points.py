@@ -106,7 +106,7 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
     for b in HYBRID_BUDGETS if set(hybrid) != {"keep"} else ():  # else: = compile@b
         try:
             run = compile_planned(model, hybrid, kernels, memory_budget=b,
-                                  layers=compiled_prof.container, attention_cores=cores)
+                                  layers=compiled_prof.containers, attention_cores=cores)
             training_step(run, inputs, loss_fn)
         except Exception as e:
             _failed(f"memeff+partitioner@{b:g}", e)

@@ -22,9 +22,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="saved-activation budget: 2GiB, 512MiB, 1.5GB, bytes, or 60%% "
                         "(of the activation memory without checkpointing)")
     p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan here")
-    p.add_argument("--layers", metavar="ATTR",
-                   help="module whose children are the layers (default: the largest "
-                        "ModuleList/Sequential)")
+    p.add_argument("--layers", metavar="ATTR[,ATTR...]",
+                   help="modules whose children are the layers, comma-separated in the "
+                        "order they run (default: the outermost ModuleList/Sequential "
+                        "containers whose children each run once a step)")
     p.add_argument("--allow-offload", choices=("auto", "yes", "no"), default="auto",
                    help="offer offloading to host memory (auto: on CUDA only)")
     p.add_argument("--time-limit", type=float, default=10.0, help="solver seconds")

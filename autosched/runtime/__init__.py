@@ -4,7 +4,7 @@
     planned = autosched.runtime.apply(model, plan)                 # -> nn.Module
     Plan.from_json(plan.to_json())
 
-Per layer (the children of the model's block container, see layers.py) a plan chooses to
+Per layer (the children of the model's block containers, see layers.py) a plan chooses to
 keep its activations, recompute them (whole layer, attention core only, or per op through
 a checkpoint policy), store them in memory-efficient form (GELU / LayerNorm), or offload
 them to host memory; a MILP picks the fastest predicted mix whose saved-activation memory

@@ -28,9 +28,10 @@ def apply(model, plan, kernels: dict | None = None, compile: bool = False,
     backend: the torch.compile backend it will be compiled with (selective layers leave
     batch norms to a partitioner that sees them decomposed, checkpointing.compiled_policy).
     """
-    path = plan.model.get("container")
+    # "container": plans written before a plan could span several containers
+    path = plan.model.get("containers", plan.model.get("container"))
     if path is None:
-        raise UserError("malformed plan: no model.container")
+        raise UserError("malformed plan: no model.containers")
     layers = find_layers(model, path)
     if [layer.name for layer in layers] != [layer.name for layer in plan.layers]:
         raise UserError(f"the plan is for layers {[lp.name for lp in plan.layers][:3]}..., "

@@ -1,15 +1,17 @@
 """Which modules are the "layers" a plan decides about, and what each receives in a step.
 
-The rule: the layers are the children of the model's block container. The block
-container is the `nn.ModuleList` or `nn.Sequential` (the model itself included) with at
-least two children that holds the most parameters; ties go to the shallower one. In a
-transformer that is the list of blocks. Everything outside the layers (embeddings, the
-head, the loss) is the "rest": always kept, measured as a whole. A caller may name the
-container explicitly (`layers="blocks"`, a dotted attribute path).
+The rule: the layers are the children of the model's block containers. A block container
+is an `nn.ModuleList` or `nn.Sequential` (the model itself included) with at least two
+children; the block containers are the outermost ones (none held inside another), whose
+children each run exactly once in a step, in the order they run. In a transformer that
+is the list of blocks; in a ResNet the four stages' blocks, one after another; in a U-Net
+the down and the up path. Everything outside the layers (embeddings, the head, the loss)
+is the "rest": always kept, measured as a whole. A caller may name the containers
+explicitly (`layers="blocks"`, dotted attribute paths, several comma-separated); then
+every one of their children must run exactly once.
 
-Each layer must run exactly once per step (as a list of blocks does); its tensor
-arguments and output are captured in a profiling step so each layer can be profiled on
-its own with real inputs.
+Each layer's tensor arguments and output are captured in a profiling step so each layer
+can be profiled on its own with real inputs.
 """
 from __future__ import annotations
 
@@ -22,45 +24,99 @@ from torch import nn
 
 from ..errors import UserError
 
+AUTOMATIC_RULE = "outermost ModuleList/Sequential containers"
+
 
 @dataclass(frozen=True)
 class Layer:
     name: str            # qualified name in the model, e.g. "blocks.3"
     index: int
     module: nn.Module
+    container: str       # qualified name of the container it is a child of
 
 
-def _param_count(m: nn.Module) -> int:
-    return sum(p.numel() for p in m.parameters())
+def _is_container(m: nn.Module) -> bool:
+    return isinstance(m, (nn.ModuleList, nn.Sequential)) and len(m) >= 2
 
 
-def find_container(model: nn.Module, path: str | None = None) -> tuple[str, nn.Module]:
-    """(qualified name, module) of the block container, by the rule above or by `path`."""
-    if path is not None:
+def _inside(name: str, outer: str) -> bool:
+    return outer == "" or name.startswith(outer + ".")
+
+
+def block_containers(model: nn.Module) -> list[str]:
+    """Qualified names of the outermost block containers, in definition order."""
+    found: list[str] = []
+    for name, mod in model.named_modules():      # pre-order: outer before inner
+        if _is_container(mod) and not any(_inside(name, outer) for outer in found):
+            found.append(name)
+    return found
+
+
+def _named_containers(model: nn.Module, spec: str | None) -> list[tuple[str, nn.Module]]:
+    if spec is None:
+        names = block_containers(model)
+        if not names:
+            raise UserError(f"{type(model).__name__} has no nn.ModuleList or nn.Sequential "
+                            "of layers; name the module whose children are the layers "
+                            "(--layers ATTR, or layers='ATTR' in Python)")
+        return [(n, model.get_submodule(n)) for n in names]
+    names = [n.strip() for n in spec.split(",")]
+    out = []
+    for name in names:
+        outer = next((o for o in names if o != name and _inside(name, o)), None)
+        if outer is not None or names.count(name) > 1:
+            raise UserError(f"layers={spec!r}: {name!r} is named twice or inside "
+                            f"{outer!r}; name each container once, none inside another")
         try:
-            mod = model.get_submodule(path)
+            mod = model.get_submodule(name)
         except AttributeError:
-            raise UserError(f"layers={path!r}: the model has no submodule of that name") from None
+            raise UserError(f"layers={spec!r}: the model has no submodule {name!r}") from None
         if len(list(mod.children())) < 1:
-            raise UserError(f"layers={path!r}: that module has no children to plan")
-        return path, mod
-    best = None
-    for name, mod in model.named_modules():
-        if isinstance(mod, (nn.ModuleList, nn.Sequential)) and len(mod) >= 2:
-            rank = (_param_count(mod), -name.count(".") - (name != ""))
-            if best is None or rank > best[0]:
-                best = (rank, name, mod)
-    if best is None:
-        raise UserError(f"{type(model).__name__} has no nn.ModuleList or nn.Sequential of "
-                        "layers; name the module whose children are the layers (--layers ATTR, "
-                        "or layers='ATTR' in Python)")
-    return best[1], best[2]
+            raise UserError(f"layers={spec!r}: {name!r} has no children to plan")
+        out.append((name, mod))
+    return out
 
 
-def find_layers(model: nn.Module, path: str | None = None) -> list[Layer]:
-    prefix, container = find_container(model, path)
-    return [Layer(f"{prefix}.{n}" if prefix else n, i, m)
-            for i, (n, m) in enumerate(container.named_children())]
+def find_layers(model: nn.Module, spec: str | None = None) -> list[Layer]:
+    """The children of the containers `spec` names (comma-separated dotted paths, in that
+    order), or of the outermost block containers; a module reachable as two layers is an
+    error."""
+    layers: list[Layer] = []
+    for prefix, container in _named_containers(model, spec):
+        for n, m in container.named_children():
+            layers.append(Layer(f"{prefix}.{n}" if prefix else n, len(layers), m, prefix))
+    seen: dict[int, str] = {}
+    for layer in layers:
+        if id(layer.module) in seen:
+            raise UserError(f"{layer.name} and {seen[id(layer.module)]} are the same module; "
+                            "a plan needs every layer to run exactly once (name the "
+                            "containers with --layers ATTR, or layers='ATTR' in Python)")
+        seen[id(layer.module)] = layer.name
+    return layers
+
+
+def containers_spec(layers: list[Layer]) -> str:
+    """The containers of `layers`, comma-separated in their order: find_layers' `spec` for
+    the same layers."""
+    return ",".join(dict.fromkeys(layer.container for layer in layers))
+
+
+def run_once_in_order(layers: list[Layer], capture: "CallCapture") -> list[Layer]:
+    """The automatic rule's layers after a captured step: those of the containers whose
+    every child ran exactly once, containers in the order their first layer ran,
+    renumbered. No such container is a UserError (the capture's)."""
+    counts = {name: len(calls) for name, calls in capture.calls.items()}
+    by_container: dict[str, list[Layer]] = {}
+    for layer in layers:
+        by_container.setdefault(layer.container, []).append(layer)
+    kept = [c for c, members in by_container.items()
+            if all(counts[m.name] == 1 for m in members)]
+    if not kept:
+        capture.single_calls()               # raises for the first layer that did not
+    first_run = {name: i for i, name in reversed(list(enumerate(capture.order)))}
+    kept.sort(key=lambda c: min(first_run[m.name] for m in by_container[c]))
+    ordered = [m for c in kept for m in by_container[c]]
+    return [Layer(m.name, i, m.module, m.container) for i, m in enumerate(ordered)]
 
 
 def layers_fingerprint(layers: list[Layer]) -> str:
@@ -86,6 +142,7 @@ class CallCapture:
     def __init__(self, layers: list[Layer], on_enter=None, on_exit=None):
         self.layers = layers
         self.calls: dict[str, list[LayerCall]] = {layer.name: [] for layer in layers}
+        self.order: list[str] = []          # layer names in the order they were called
         self._handles = []
         self._on_enter, self._on_exit = on_enter, on_exit
 
@@ -105,6 +162,7 @@ class CallCapture:
     def _pre(self, name):
         def hook(module, args, kwargs):
             self.calls[name].append(LayerCall(args, dict(kwargs), None))
+            self.order.append(name)
             if self._on_enter:
                 self._on_enter(name)
         return hook

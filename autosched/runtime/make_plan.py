@@ -50,11 +50,58 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
                                 allow_offload=allow_offload, repeats=repeats,
                                 bandwidth_path=bandwidth_path, clock=clock, kernels=kernels,
                                 compile=compile, backend=backend)
+    elif profile.compiled_with not in (None, str(backend)):
+        raise ValueError(f"the profile was costed compiled with {profile.compiled_with}; "
+                         "plan with the same backend")
     budget = parse_budget(memory_budget, profile.keep_saved_bytes)
-    solution = solve(profile, budget, time_limit_s, mip_gap)
-    found = find_layers(model, profile.container)
-    return build_plan(model, profile, solution, budget, str(memory_budget),
-                      layers_fingerprint(found), kernel_ids or {})
+    fingerprint = layers_fingerprint(find_layers(model, profile.containers))
+
+    def solve_for(limit):
+        return build_plan(model, profile, solve(profile, limit, time_limit_s, mip_gap),
+                          budget, str(memory_budget), fingerprint, kernel_ids or {})
+    if profile.compiled_with is None:
+        return solve_for(budget)
+    return _fit_compiled(solve_for, model, inputs, loss_fn, budget, kernels, backend)
+
+
+def _fit_compiled(solve_for, model, inputs, loss_fn, budget: int, kernels, backend) -> Plan:
+    """The plan for the highest limit whose compiled model's measured saved bytes fit
+    `budget` (measured_choice.fit_by_measurement: the partitioner keeps a little more or
+    less than the per-layer profile predicts); it records the limit and the measurement.
+    No fitting plan is a UserError."""
+    from ..errors import UserError
+    from .compiled_plans import compile_planned
+    from .measured_choice import fit_by_measurement
+    from .training_step import measure_step
+    from .units import format_bytes
+
+    measured = []
+
+    def solve_within(limit):
+        try:
+            return solve_for(limit)
+        except UserError:
+            raise UserError(f"memory budget {format_bytes(budget)} cannot be met compiled: "
+                            f"the plan for it saves {format_bytes(measured[-1])} under "
+                            "torch.compile, and no plan the profile offers saves less than "
+                            "that by enough") from None
+
+    def measure(run):
+        measured.append(measure_step(run, inputs, loss_fn, repeats=1).saved_bytes)
+        return measured[-1]
+    import torch
+
+    with torch._dynamo.config.patch(recompile_limit=max(
+            64, torch._dynamo.config.recompile_limit)):   # a compile per plan tried
+        fit = fit_by_measurement(
+            solve_within, lambda p: compile_planned(model, p, kernels, backend=backend),
+            measure, budget)
+    if fit.saved_bytes > budget:
+        raise UserError(f"memory budget {format_bytes(budget)} cannot be met compiled: the "
+                        f"closest plan saves {format_bytes(fit.saved_bytes)} under "
+                        "torch.compile")
+    fit.plan.solver.update(limit_bytes=fit.limit_bytes, measured_saved_bytes=fit.saved_bytes)
+    return fit.plan
 
 
 def _on_cuda(model) -> bool:
@@ -80,7 +127,7 @@ def build_plan(model, profile, solution, budget: int, spec: str, fp: str, kernel
             custom_ops=list(layer.custom_ops), attention_cores=list(layer.attention_cores)))
     return Plan(
         model={"class": type(model).__name__, "fingerprint": fp,
-               "container": profile.container, "layer_rule": profile.layer_rule,
+               "containers": profile.containers, "layer_rule": profile.layer_rule,
                "layers": len(layers), "compiled_with": profile.compiled_with,
                "joined_selective": profile.joins_selective},
         device=profile.device,

@@ -41,7 +41,8 @@ from .bandwidth import Bandwidth, host_device_bandwidth
 from .apply_plan import apply_actions
 from .compiled_plans import compile_planned, joins_selective_regions, partitioner_backend
 from .context_costs import context_costs
-from .layers import CallCapture, find_container, find_layers, tensors_in
+from .layers import (AUTOMATIC_RULE, CallCapture, containers_spec, find_layers,
+                     run_once_in_order, tensors_in)
 from .memeff import swappable
 from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
 from .planned_layer import PlannedLayer
@@ -73,6 +74,9 @@ class LayerProfile:
     attention_cores: list = field(default_factory=list)
     memeff_modules: list = field(default_factory=list)
     input_shared: frozenset = frozenset()   # the shared storages of the layer's inputs
+    # its activation inputs are (views of) the previous layer's outputs: its checkpoint
+    # region can join the previous one's (joined_regions.py)
+    follows_previous: bool = False
 
 
 @dataclass
@@ -86,7 +90,8 @@ class ModelProfile:
     keep_saved_bytes: int          # measured activation bytes without any action
     bandwidth: Bandwidth
     device: str
-    container: str                 # qualified name of the module whose children are layers
+    containers: str                # the block containers whose children are the layers
+                                   # (layers.find_layers' spec: comma-separated, run order)
     layer_rule: str
     memeff_kernels: dict = field(default_factory=dict)  # kind -> Kernel.id measured with
     compiled_with: str | None = None   # the torch.compile backend the times are of, if any
@@ -194,12 +199,13 @@ def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
     """
     clock_fn(clock)
     found = find_layers(model, layers)
-    container, _ = find_container(model, layers)
+    if layers is None:
+        found = _run_once_in_order(model, inputs, loss_fn, found)
     saved_grads = {p: p.grad for p in model.parameters()}
     try:
         with torch._dynamo.config.patch(recompile_limit=max(
                 64, torch._dynamo.config.recompile_limit)):
-            return _profile(model, inputs, loss_fn, found, container, layers is not None,
+            return _profile(model, inputs, loss_fn, found, layers is not None,
                             actions, allow_offload, repeats, bandwidth, bandwidth_path, clock,
                             kernels or {}, backend if compile else None)
     finally:
@@ -207,8 +213,32 @@ def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
             p.grad = g
 
 
-def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_offload,
+def _follows_previous(found, calls, outside) -> list[bool]:
+    """Per layer, whether every tensor it receives, other than `outside` (parameters,
+    buffers, the model's inputs), shares its storage with an output of the layer before:
+    the layers are directly composed (a U-Net's up path, which receives a concatenation
+    made outside the layers, is not)."""
+    outside_keys = {storage_key(t) for t in outside}
+    out, before = [], None
+    for layer in found:
+        call = calls[layer.name]
+        received = {storage_key(t) for t in tensors_in((call.args, call.kwargs))}
+        out.append(before is not None and received - outside_keys <= before)
+        before = {storage_key(t) for t in tensors_in(call.output)}
+    return out
+
+
+def _run_once_in_order(model, inputs, loss_fn, found):
+    """The automatic rule's layers (layers.run_once_in_order), from a forward pass."""
+    capture = CallCapture(found)
+    with capture:
+        compute_loss(model, inputs, loss_fn)
+    return run_once_in_order(found, capture)
+
+
+def _profile(model, inputs, loss_fn, found, explicit, actions, allow_offload,
              repeats, bandwidth, bandwidth_path, clock, kernels, backend) -> ModelProfile:
+    containers = containers_spec(found)
     exclude = model_state(model)
     meter = SavedTensorMeter(exclude)
 
@@ -241,23 +271,25 @@ def _profile(model, inputs, loss_fn, found, container, explicit, actions, allow_
     keep_bytes = meter.device_bytes
     meter.release()
     device = next((t.device for t in exclude), torch.device("cpu"))
-    profiles = _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, actions,
-                               allow_offload, repeats, clock_fn(clock), kernels, backend)
+    follows = _follows_previous(found, calls, [*exclude, *tensors_in(inputs)])
+    profiles = _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows,
+                               actions, allow_offload, repeats, clock_fn(clock), kernels,
+                               backend)
     profiles, whole_time = _in_context(model, inputs, loss_fn, found, calls, profiles,
-                                       container, kernels, backend, repeats, clock)
+                                       containers, kernels, backend, repeats, clock)
     keep_time = whole_time if backend is None else statistics.median(measure_step(
         model, inputs, loss_fn, repeats=2 * repeats, clock=clock).times_s)   # eager's
     rest_time = whole_time - sum(p.options["keep"].time_s for p in profiles)
     bw = bandwidth or host_device_bandwidth(device, bandwidth_path, clock=clock)
     return ModelProfile(profiles, shared_bytes, rest_bytes, frozenset(rest_shared), rest_time,
-                        keep_time, keep_bytes, bw, str(device), container,
-                        "given" if explicit else "largest ModuleList/Sequential",
+                        keep_time, keep_bytes, bw, str(device), containers,
+                        "given" if explicit else AUTOMATIC_RULE,
                         {kind: k.id for kind, k in kernels.items()},
                         None if backend is None else str(backend),
                         backend is not None and joins_selective_regions(backend))
 
 
-def _in_context(model, inputs, loss_fn, found, calls, profiles, container, kernels, backend,
+def _in_context(model, inputs, loss_fn, found, calls, profiles, containers, kernels, backend,
                 repeats, clock):
     """The profile's times as the whole model measures them (compiled with `backend`, if
     any), per group of identical layers and action (context_costs.py); and the all-kept
@@ -269,8 +301,8 @@ def _in_context(model, inputs, loss_fn, found, calls, profiles, container, kerne
 
     def build(actions):
         if backend is None:
-            return apply_actions(model, actions, container, cores, kernels)
-        run = compile_planned(model, actions, kernels, backend=backend, layers=container,
+            return apply_actions(model, actions, containers, cores, kernels)
+        run = compile_planned(model, actions, kernels, backend=backend, layers=containers,
                               attention_cores=cores)
         training_step(run, inputs, loss_fn)        # compiled now, not while timed
         return run
@@ -289,7 +321,7 @@ def _groups(found, calls) -> dict:
     return groups
 
 
-def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, actions,
+def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows, actions,
                     allow_offload, repeats, now, kernels, backend=None) -> list[LayerProfile]:
     """Bytes per layer and action; times pooled over layers with the same signature (each
     runs `repeats` times, the median is over all their runs), so identical blocks get the
@@ -336,12 +368,13 @@ def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, actions,
             for layer in members:
                 times[layer.name, name] = stats
     profiles = []
-    for layer in found:
+    for i, layer in enumerate(found):
         trace, names, cores = info[layer.name]
         options = {n: ActionCost(*times[layer.name, n][:2], *saved[layer.name, n],
                                  spread_s=times[layer.name, n][2]) for n in names}
         profiles.append(LayerProfile(layer.name, layer.index, options, trace.custom_ops(),
-                                     cores, swappable(layer.module), in_ids[layer.name]))
+                                     cores, swappable(layer.module), in_ids[layer.name],
+                                     follows[i]))
     return profiles
 
 

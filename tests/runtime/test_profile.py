@@ -32,6 +32,48 @@ def test_no_container_or_a_wrong_path_is_a_user_error():
         find_layers(nn.Sequential(nn.Linear(2, 2), nn.ReLU()), "missing")
 
 
+class _Stages(nn.Module):
+    """A ResNet's shape: stages side by side, defined last-run-first, and an unused list
+    of heads (one runs per step)."""
+
+    def __init__(self):
+        super().__init__()
+        self.late = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+        self.early = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+        self.heads = nn.ModuleList([nn.Linear(4, 2), nn.Linear(4, 2)])
+
+    def forward(self, x):
+        return self.heads[0](self.late(self.early(x) * 2))
+
+
+def test_the_layers_span_every_outermost_container_that_runs_once_in_run_order(bw_path):
+    model = _Stages()
+    # statically: the outermost containers, in definition order
+    assert [layer.name for layer in find_layers(model)] == \
+        ["late.0", "late.1", "early.0", "early.1", "early.2", "heads.0", "heads.1"]
+    assert [layer.name for layer in find_layers(model, "early, late")] == \
+        ["early.0", "early.1", "early.2", "late.0", "late.1"]
+    # profiled: the heads (one of them never runs) are left out, the stages run in order
+    prof = profile_model(model, (torch.randn(3, 4),), actions=["keep"], repeats=1,
+                         bandwidth_path=bw_path)
+    assert prof.containers == "early,late"
+    assert [(p.name, p.index) for p in prof.layers] == \
+        [("early.0", 0), ("early.1", 1), ("early.2", 2), ("late.0", 3), ("late.1", 4)]
+    assert [p.follows_previous for p in prof.layers] == [False, True, True, False, True]
+    assert find_layers(model, prof.containers)[3].name == "late.0"
+
+
+def test_named_containers_must_be_disjoint_and_distinct():
+    model = _Stages()
+    for spec in ("early,early", "early,early.0", "early,missing"):
+        with pytest.raises(UserError, match="named twice|no submodule"):
+            find_layers(model, spec)
+    shared = nn.Linear(4, 4)
+    with pytest.raises(UserError, match="same module"):
+        find_layers(nn.Sequential(nn.Sequential(shared, nn.ReLU()),
+                                  nn.Sequential(shared, nn.ReLU())), "0,1")
+
+
 class Twice(nn.Module):
     def __init__(self):
         super().__init__()
