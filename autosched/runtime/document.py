@@ -92,6 +92,10 @@ class Plan:
             f"solver            {self.solver['name']}: {self.solver['status']} in "
             f"{self.solver['solve_time_s']:.2f} s",
         ]
+        if "measured_saved_bytes" in self.solver:
+            lines.append(f"compiled          {format_bytes(self.solver['measured_saved_bytes'])}"
+                         " saved, measured (solved for "
+                         f"{format_bytes(self.solver['limit_bytes'])})")
         if g["host_bytes"] and not self.bandwidth.get("overlap", False) and \
                 self.device.startswith("cpu"):
             lines.append("note              on the CPU host and device memory are the same RAM: "

@@ -7,7 +7,8 @@ checkpointing must: every checkpointed layer keeps its input. After a selective 
 that input is cheap to rebuild: the policy kept the outputs of the compute-heavy ops it
 is made from with cheap ones (a residual block's output is a sum and a ReLU of saved
 convolution outputs and its own input). So a region that directly follows a selective
-region (selective, or a whole-layer recompute) gets that region's id: the boundary is
+region (selective, or a whole-layer recompute), fed by it alone (its inputs are that
+region's outputs, or views of them, and graph inputs), gets that region's id: the boundary is
 rebuilt in backward instead of kept, and a run of selective layers, ending in at most
 one recomputed layer, keeps only its first layer's input and the policy's outputs.
 (AOTAutograd's budgeted partitioner saves the same way: at activation_memory_budget 0.8
@@ -27,6 +28,8 @@ batch norms to it that way).
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_custom_graph_passes
 from torch.utils.checkpoint import CheckpointPolicy
@@ -34,9 +37,9 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 
 def join_selective_regions(graph: torch.fx.Graph) -> int:
-    """Give every region that directly follows a selective region that region's id
-    (through a run of selective regions, the first one's); the number of regions
-    joined."""
+    """Give every region that directly follows a selective region, and is fed by it
+    alone, that region's id (through a run of selective regions, the first one's); the
+    number of regions joined."""
     regions: dict[int, list] = {}
     for node in graph.nodes:
         if "ac_graph_id" in node.meta:
@@ -47,12 +50,38 @@ def join_selective_regions(graph: torch.fx.Graph) -> int:
     order = sorted(regions)
     joined = {}
     for before, after in zip(order, order[1:]):
-        if before in selective:
+        if before in selective and _fed_by(regions[after], before):
             joined[after] = joined.get(before, before)
     for region, into in joined.items():
         for node in regions[region]:
             node.meta["ac_graph_id"] = into
     return len(joined)
+
+
+def _fed_by(nodes: list, region: int) -> bool:
+    """Whether every tensor `nodes` take from outside themselves is a graph input or
+    (a view of) an output of `region`: what a layer directly composed with the layer
+    before receives. A region fed by work done between the layers (a U-Net's
+    concatenation of a skip connection) keeps its input: joined, the partitioner would
+    keep that work's inputs instead, and the plan's accounting would not hold."""
+    inside = set(nodes)
+    for node in nodes:
+        for source in node.all_input_nodes:
+            while (source not in inside and "ac_graph_id" not in source.meta
+                   and _passes_through(source)):
+                source = source.all_input_nodes[0]
+            if source in inside or source.op == "placeholder":
+                continue
+            if source.meta.get("ac_graph_id") != region:
+                return False
+    return True
+
+
+def _passes_through(node) -> bool:
+    """A view of its first input, or an item of a multi-output node."""
+    if node.op != "call_function" or not node.all_input_nodes:
+        return False
+    return node.target is operator.getitem or getattr(node.target, "is_view", False)
 
 
 class JoinSelectiveRegions(CustomGraphPass):
@@ -62,7 +91,7 @@ class JoinSelectiveRegions(CustomGraphPass):
         join_selective_regions(graph)
 
     def uuid(self) -> str:
-        return "autosched.join_selective_regions.v1"
+        return "autosched.join_selective_regions.v2"
 
 
 def joining_selective_regions():

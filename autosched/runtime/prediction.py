@@ -69,9 +69,9 @@ class Prediction:
 
 def joined(profile, assignment: list[str], i: int) -> bool:
     """Whether layer i's checkpoint region joins layer i - 1's (compiled, i - 1 selective,
-    i checkpointed whole): then layer i keeps no input."""
+    i checkpointed whole and fed by i - 1 alone): then layer i keeps no input."""
     return (profile.joins_selective and i > 0 and assignment[i - 1] == SELECTIVE
-            and joins_after_selective(assignment[i]))
+            and profile.layers[i].follows_previous and joins_after_selective(assignment[i]))
 
 
 def joins_after_selective(name: str) -> bool:

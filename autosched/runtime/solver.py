@@ -102,7 +102,7 @@ class _Model:
                           if s in layer.options[name].shared}
                 joinable = ([k for name, k in savers.items() if joins_after_selective(name)]
                             if self.p.joins_selective and before is not None
-                            and s in layer.input_shared else [])
+                            and layer.follows_previous and s in layer.input_shared else [])
                 plain = [k for k in savers.values() if k not in joinable]
                 if plain:
                     out.append(self._at_least(zc, plain))

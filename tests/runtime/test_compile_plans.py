@@ -18,7 +18,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 import autosched.runtime as rt
 from autosched.runtime.apply_plan import apply_actions
 from autosched.runtime.checkpointing import save_compute_heavy, save_compute_heavy_decomposed
-from autosched.runtime.compiled_plans import compile_planned, hybrid_actions
+from autosched.runtime.compiled_plans import compile_planned, hybrid_actions, partitioner_backend
 from autosched.runtime.measured_choice import (
     MeasuredPlan,
     fastest_within,
@@ -138,9 +138,11 @@ def test_plan_costed_compiled_stays_within_budget_under_compile(tiny_gpt, grads,
     ref = grads(model, model, inputs, loss_fn)
     state = model_state(model)
     for spec in ("60%", "25%"):
-        plan = rt.plan(model, inputs, spec, loss_fn, profile=profile)
+        plan = rt.plan(model, inputs, spec, loss_fn, profile=profile, backend=BACKEND)
         assert plan.model["compiled_with"] == BACKEND
-        run = torch.compile(rt.apply(model, plan, compile=True), backend=BACKEND)
+        run = compile_planned(model, plan, backend=BACKEND)
+        # the plan was fitted by measuring it compiled (make_plan._fit_compiled)
+        assert plan.solver["measured_saved_bytes"] <= plan.budget["bytes"]
         assert saved_bytes(run, inputs, loss_fn, state) <= plan.budget["bytes"]
         tol = MEMEFF_REL if any("memeff" in a for a in plan.actions) else 1e-5
         assert max_rel_error(ref, grads(model, run, inputs, loss_fn)) < tol
@@ -287,6 +289,44 @@ def test_checkpointed_layers_after_selective_layers_join_their_region(backend, g
                             (["recompute", "recompute", "selective"], 0)):
         assert saved(actions, True) == saved(actions, False) - joined * boundary, actions
     assert joins_selective_regions(backend) is (backend == "inductor")
+
+
+class _Fed(nn.Module):
+    """Two residual blocks in two containers; the second is fed a sum made between them."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.down = nn.ModuleList([_Residual(), _Residual()])
+        self.up = nn.ModuleList([_Residual(), _Residual()])
+
+    def forward(self, x):
+        y = self.down[1](self.down[0](x))
+        return self.up[1](self.up[0](y + x)).square().mean()
+
+
+def test_a_region_fed_by_work_between_the_layers_is_not_joined(grads, bw_path):
+    model, inputs = _Fed(), (torch.randn(2, 8, 8, 8, requires_grad=True),)
+    boundary = 2 * 8 * 8 * 8 * 4
+    state = model_state(model)
+
+    def saved(actions, join):
+        if join:
+            run = compile_planned(model, actions, layers="down,up")
+        else:
+            run = torch.compile(apply_actions(model, actions, "down,up", compile=True),
+                                backend=partitioner_backend(1.0))
+        assert max_rel_error(grads(model, model, inputs, None),
+                             grads(model, run, inputs, None)) < 1e-5
+        return saved_bytes(run, inputs, None, state)
+
+    # down.1 and up.1 join the selective region before them; up.0 (fed y + x) does not
+    joined = saved(["selective"] * 4, True)
+    assert joined == saved(["selective"] * 4, False) - 2 * boundary
+    prof = profile_model(model, inputs, actions=["keep", "selective"], repeats=1,
+                         bandwidth_path=bw_path, compile=True)
+    assert prof.containers == "down,up"
+    assert [layer.follows_previous for layer in prof.layers] == [False, True, False, True]
 
 
 class _DropoutBlock(nn.Module):

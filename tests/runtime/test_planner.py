@@ -17,12 +17,14 @@ MB = 1 << 20
 
 
 def profile(layers, shared=None, rest_shared=(), overlap=False, bw=1e9, rest_bytes=0,
-            compiled=False):
+            compiled=False, fed_elsewhere=()):
     """layers: list of {action: (fwd, bwd, own bytes, shared ids, host bytes)}; layer i's
-    input is shared storage i; compiled: regions after selective ones join."""
+    input is shared storage i, the layer before's output unless i is in `fed_elsewhere`;
+    compiled: regions after selective ones join."""
     lps = [LayerProfile(f"blocks.{i}", i, {n: ActionCost(f, b, m, frozenset(s), h)
                                            for n, (f, b, m, s, h) in opts.items()},
-                        input_shared=frozenset({i}))
+                        input_shared=frozenset({i}),
+                        follows_previous=i > 0 and i not in fed_elsewhere)
            for i, opts in enumerate(layers)]
     return ModelProfile(lps, shared or {}, rest_bytes, frozenset(rest_shared), 0.01, 1.0,
                         sum(o["keep"][2] for o in layers), Bandwidth(bw, bw, overlap, "test", "t"),
@@ -62,6 +64,11 @@ def test_compiled_checkpointed_layers_after_selective_layers_keep_no_input():
     # the solver sees the join: in 13 MB the faster selective plan fits only compiled
     assert solve(compiled, 13 * MB).assignment == sel
     assert solve(eager, 13 * MB).assignment == ["recompute"] * 3
+    # a layer fed by something made outside the layers (a U-Net's concatenation) keeps
+    # its input: its region does not join
+    apart = profile(layers, shared, compiled=True, fed_elsewhere={2})
+    assert predict(apart, sel).saved_bytes == (3 * 3 + 4 + 4) * MB
+    assert solve(apart, 13 * MB).assignment != sel
 
 
 def test_overlap_hides_transfers_behind_the_next_layers_compute():
