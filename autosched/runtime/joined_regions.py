@@ -81,7 +81,8 @@ def _passes_through(node) -> bool:
     """A view of its first input, or an item of a multi-output node."""
     if node.op != "call_function" or not node.all_input_nodes:
         return False
-    return node.target is operator.getitem or getattr(node.target, "is_view", False)
+    return node.target is operator.getitem or (
+        isinstance(node.target, torch._ops.OpOverload) and node.target.is_view)
 
 
 class JoinSelectiveRegions(CustomGraphPass):
