@@ -34,6 +34,15 @@ def allow_recompiles(limit: int) -> None:
     torch._dynamo.config.recompile_limit = limit
 
 
+def forget_compiled_variants() -> None:
+    """Drop every compiled variant dynamo holds (torch._dynamo.reset). Profiling and
+    fitting a plan compile one model's forwards dozens of times with different plans; the
+    entries stay with the forwards' code, so a later torch.compile of the same model would
+    pass dynamo's recompile_limit (8) and silently run eager. What any other compiled
+    function held is compiled again on its next call."""
+    torch._dynamo.reset()
+
+
 def partitioner_backend(memory_budget: float, backend="inductor", join_selective=False):
     """`backend` (a registered name such as "inductor", or a backend callable such as
     autosched.torch.backend(DIR)) with activation_memory_budget set while AOTAutograd

@@ -37,7 +37,7 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
     """
     from .layers import find_layers, layers_fingerprint
     from .model_profile import profile_model
-    from .solver import solve
+    from .solver import smallest_feasible_bytes, solve
 
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
         else (example_inputs,)
@@ -61,7 +61,11 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
                           budget, str(memory_budget), fingerprint, kernel_ids or {})
     if profile.compiled_with is None:
         return solve_for(budget)
-    return _fit_compiled(solve_for, model, inputs, loss_fn, budget, kernels, backend)
+    least = smallest_feasible_bytes(profile, time_limit_s)
+    if least > budget:
+        return solve_for(budget)           # raises the solver's infeasible-budget error
+    return _fit_compiled(lambda limit: solve_for(max(limit, least)), model, inputs, loss_fn,
+                         budget, kernels, backend)
 
 
 def _fit_compiled(solve_for, model, inputs, loss_fn, budget: int, kernels, backend) -> Plan:
@@ -69,37 +73,26 @@ def _fit_compiled(solve_for, model, inputs, loss_fn, budget: int, kernels, backe
     `budget` (measured_choice.fit_by_measurement: the partitioner keeps a little more or
     less than the per-layer profile predicts); it records the limit and the measurement.
     No fitting plan is a UserError."""
+    import torch
+
     from ..errors import UserError
-    from .compiled_plans import compile_planned
+    from .compiled_plans import compile_planned, forget_compiled_variants
     from .measured_choice import fit_by_measurement
     from .training_step import measure_step
     from .units import format_bytes
 
-    measured = []
-
-    def solve_within(limit):
-        try:
-            return solve_for(limit)
-        except UserError:
-            raise UserError(f"memory budget {format_bytes(budget)} cannot be met compiled: "
-                            f"the plan for it saves {format_bytes(measured[-1])} under "
-                            "torch.compile, and no plan the profile offers saves less than "
-                            "that by enough") from None
-
-    def measure(run):
-        measured.append(measure_step(run, inputs, loss_fn, repeats=1).saved_bytes)
-        return measured[-1]
-    import torch
-
-    with torch._dynamo.config.patch(recompile_limit=max(
-            64, torch._dynamo.config.recompile_limit)):   # a compile per plan tried
-        fit = fit_by_measurement(
-            solve_within, lambda p: compile_planned(model, p, kernels, backend=backend),
-            measure, budget)
+    try:
+        with torch._dynamo.config.patch(recompile_limit=max(
+                64, torch._dynamo.config.recompile_limit)):   # a compile per plan tried
+            fit = fit_by_measurement(
+                solve_for, lambda p: compile_planned(model, p, kernels, backend=backend),
+                lambda run: measure_step(run, inputs, loss_fn, repeats=1).saved_bytes, budget)
+    finally:
+        forget_compiled_variants()
     if fit.saved_bytes > budget:
         raise UserError(f"memory budget {format_bytes(budget)} cannot be met compiled: the "
-                        f"closest plan saves {format_bytes(fit.saved_bytes)} under "
-                        "torch.compile")
+                        f"least plan tried saves {format_bytes(fit.saved_bytes)} under "
+                        "torch.compile (plan without compile for the eager model)")
     fit.plan.solver.update(limit_bytes=fit.limit_bytes, measured_saved_bytes=fit.saved_bytes)
     return fit.plan
 

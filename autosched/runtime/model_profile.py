@@ -39,7 +39,8 @@ import torch
 from .actions import ACTIONS
 from .bandwidth import Bandwidth, host_device_bandwidth
 from .apply_plan import apply_actions
-from .compiled_plans import compile_planned, joins_selective_regions, partitioner_backend
+from .compiled_plans import (compile_planned, forget_compiled_variants, joins_selective_regions,
+                             partitioner_backend)
 from .context_costs import context_costs
 from .layers import (AUTOMATIC_RULE, CallCapture, containers_spec, find_layers,
                      run_once_in_order, tensors_in)
@@ -211,6 +212,8 @@ def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
     finally:
         for p, g in saved_grads.items():
             p.grad = g
+        if compile:
+            forget_compiled_variants()
 
 
 def _follows_previous(found, calls, outside) -> list[bool]:

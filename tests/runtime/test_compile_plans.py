@@ -135,6 +135,12 @@ def test_plan_costed_compiled_stays_within_budget_under_compile(tiny_gpt, grads,
         assert {n: (c.internal_bytes, c.shared) for n, c in a.options.items()} == \
             {n: (c.internal_bytes, c.shared) for n, c in b.options.items()}
         assert all(c.fwd_s > 0 and c.bwd_s > 0 for c in b.options.values())
+    # profiling compiled dozens of variants and forgot them: 8 more compiles of the model
+    # (dynamo's recompile_limit) each still reach their backend, none runs eager
+    traced = []
+    for _ in range(8):
+        torch.compile(model, backend=lambda gm, _: traced.append(gm) or gm.forward)(*inputs)
+    assert len(traced) == 8
     ref = grads(model, model, inputs, loss_fn)
     state = model_state(model)
     for spec in ("60%", "25%"):
