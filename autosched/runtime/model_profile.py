@@ -16,9 +16,11 @@ With `compile=True` every layer body, and every whole model above, runs compiled
 (torch.compile applied for compilation, see planned_layer.py and compiled_plans.py, each
 with its own backend instance so no two share a graph): the times are those of the
 compiled plan, recompute as the partitioner fuses it, layouts as the whole graph has them.
-Saved bytes stay the eager ones (the compiled graph saves the same, up to the
-partitioner's small changes, which the measured check after applying catches, see
-measured_choice.py); so does the reference (keep) step, the base of percentage budgets.
+A layer's saved bytes are those of its compiled body (the partitioner's choice of
+tensors; inductor's channels-last copies of convolution weights are kept for backward
+too, 2.6 MiB in a ResNet-18 shape at batch 8); the rest's bytes and the reference (keep)
+step, the base of percentage budgets, stay eager's. What the whole compiled graph saves
+beyond that, plan(compile=True) measures and fits (make_plan.py).
 
 Storages that cross a layer boundary (a layer's inputs and outputs) are "shared": whoever
 saves one, it is counted once. The profile therefore keeps, per action, the layer's own
@@ -355,10 +357,12 @@ def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows,
                 body = PlannedLayer(layer.module, ACTIONS[name], layer.index, None,
                                     info[layer.name][2], kernels)
                 call = calls[layer.name]
-                saved[layer.name, name] = _saved_by(body, call, exclude, shared_ids,
-                                                    out_ids[layer.name])
                 runners[name].append((body if timed is None else timed, call))
-                _run_once(*runners[name][-1], now=now)                     # warm-up
+                _run_once(*runners[name][-1], now=now)          # warm-up (and compile)
+                # the bytes of what is timed: compiled, the partitioner's saved tensors
+                # (inductor's channels-last copies of convolution weights among them)
+                saved[layer.name, name] = _saved_by(runners[name][-1][0], call, exclude,
+                                                    shared_ids, out_ids[layer.name])
 
         def sample(name, runners=runners):
             return [_run_once(body, call, now=now)[:2] for body, call in runners[name]]
