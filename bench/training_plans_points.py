@@ -87,10 +87,13 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
             p = make_plan(model, inputs, spec, loss_fn, profile=eager_prof, kernels=kernels)
             points[f"plan@{spec}"] = (apply(model, p, kernels),
                                       {"method": "plan", **_info(p, spec, budget)})
-            p, run, limit = compiled_plan(model, inputs, loss_fn, compiled_prof, budget,
-                                          kernels, built)
         except Exception as e:    # one point's failure is reported; the others still run
             _failed(f"plan@{spec}", e)
+        try:
+            p, run, limit = compiled_plan(model, inputs, loss_fn, compiled_prof, budget,
+                                          kernels, built)
+        except Exception as e:
+            _failed(f"plan+compile@{spec}", e)
             continue
         points[f"plan+compile@{spec}"] = (run, {"method": "plan+compile", "limit_bytes": limit,
                                                 **_info(p, spec, budget)})

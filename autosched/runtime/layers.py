@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import UserError
+from .meter import storage_key
 
 AUTOMATIC_RULE = "outermost ModuleList/Sequential containers"
 
@@ -182,6 +183,21 @@ class CallCapture:
                                 "needs every layer to run exactly once (pick another container "
                                 "with --layers ATTR, or layers='ATTR' in Python)")
         return {name: calls[0] for name, calls in self.calls.items()}
+
+
+def fed_by_previous(layers: list[Layer], calls: dict, outside) -> list[bool]:
+    """Per layer, whether every tensor it receives, other than `outside` (parameters,
+    buffers, the model's inputs), shares its storage with an output of the layer before:
+    the layers are directly composed (a U-Net's up path, which receives a concatenation
+    made outside the layers, is not)."""
+    outside_keys = {storage_key(t) for t in outside}
+    out, before = [], None
+    for layer in layers:
+        call = calls[layer.name]
+        received = {storage_key(t) for t in tensors_in((call.args, call.kwargs))}
+        out.append(before is not None and received - outside_keys <= before)
+        before = {storage_key(t) for t in tensors_in(call.output)}
+    return out
 
 
 def tensors_in(obj) -> list[torch.Tensor]:

@@ -44,8 +44,8 @@ from .apply_plan import apply_actions
 from .compiled_plans import (compile_planned, forget_compiled_variants, joins_selective_regions,
                              partitioner_backend)
 from .context_costs import context_costs
-from .layers import (AUTOMATIC_RULE, CallCapture, containers_spec, find_layers,
-                     run_once_in_order, tensors_in)
+from .layers import (AUTOMATIC_RULE, CallCapture, containers_spec, fed_by_previous,
+                     find_layers, run_once_in_order, tensors_in)
 from .memeff import swappable
 from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
 from .planned_layer import PlannedLayer
@@ -218,21 +218,6 @@ def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
             forget_compiled_variants()
 
 
-def _follows_previous(found, calls, outside) -> list[bool]:
-    """Per layer, whether every tensor it receives, other than `outside` (parameters,
-    buffers, the model's inputs), shares its storage with an output of the layer before:
-    the layers are directly composed (a U-Net's up path, which receives a concatenation
-    made outside the layers, is not)."""
-    outside_keys = {storage_key(t) for t in outside}
-    out, before = [], None
-    for layer in found:
-        call = calls[layer.name]
-        received = {storage_key(t) for t in tensors_in((call.args, call.kwargs))}
-        out.append(before is not None and received - outside_keys <= before)
-        before = {storage_key(t) for t in tensors_in(call.output)}
-    return out
-
-
 def _run_once_in_order(model, inputs, loss_fn, found):
     """The automatic rule's layers (layers.run_once_in_order), from a forward pass."""
     capture = CallCapture(found)
@@ -276,7 +261,7 @@ def _profile(model, inputs, loss_fn, found, explicit, actions, allow_offload,
     keep_bytes = meter.device_bytes
     meter.release()
     device = next((t.device for t in exclude), torch.device("cpu"))
-    follows = _follows_previous(found, calls, [*exclude, *tensors_in(inputs)])
+    follows = fed_by_previous(found, calls, [*exclude, *tensors_in(inputs)])
     profiles = _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows,
                                actions, allow_offload, repeats, clock_fn(clock), kernels,
                                backend)
