@@ -68,7 +68,7 @@ from training_plans_points import build_points, measure
 from training_plans_report import consistent_rows, plot, report, verdicts
 
 from autosched.errors import UserError
-from autosched.runtime.compiled_plans import allow_recompiles
+from autosched.runtime.compiled_plans import allow_recompiles, layouts_worth_trying
 from autosched.runtime.model_profile import profile_model
 from autosched.runtime.modelfile import load_model_file
 from autosched.runtime.prediction import predict
@@ -93,11 +93,16 @@ def run_model(name, path: Path, args, kernels, work: Path) -> list[dict]:
     inputs = tuple(x.to(args.device) for x in spec.inputs)
     backends = ["inductor"] + ([tuned] if tuned is not None else [])
     started = time.monotonic()
-    profiles = [profile_model(model, inputs, loss_fn, allow_offload=args.device != "cpu",
-                              repeats=args.repeats, clock=args.clock, kernels=kernels,
-                              compile=b is not None, backend=b or "inductor")
-                for b in [None, *backends]]          # eager, then compiled per backend
-    print(f"{name}: profiled eager and compiled ({', '.join(map(str, backends))}) in "
+    def profiled(backend=None, layout="inductor"):
+        return profile_model(model, inputs, loss_fn, allow_offload=args.device != "cpu",
+                             repeats=args.repeats, clock=args.clock, kernels=kernels,
+                             compile=backend is not None, backend=backend or "inductor",
+                             layout=layout)
+    # eager, then compiled per backend: one profile per layout worth trying
+    profiles = [profiled(), *([profiled(b, layout) for layout in layouts_worth_trying(
+        model, inputs, b)] for b in backends)]
+    print(f"{name}: profiled eager and compiled ({', '.join(map(str, backends))}, layouts "
+          f"{'/'.join(p.layout for p in profiles[1])}) in "
           f"{time.monotonic() - started:.0f} s; eager saves "
           f"{format_bytes(profiles[0].keep_saved_bytes)}", flush=True)
     points = build_points(model, inputs, loss_fn, profiles, kernels, tuned)
@@ -136,9 +141,11 @@ DRIFT_ANCHORS = {"plan": "eager", "plan+compile": "compile@1",
 def drifts(profiles, times) -> dict:
     """{plan method: (anchor point, its measured time over its profile's all-kept step)}:
     how much faster or slower the machine ran since each profile (eager, compiled, on
-    tuned kernels: `profiles` in that order)."""
+    tuned kernels: `profiles` in that order, the compiled ones lists per layout, the
+    anchors compiled under inductor's own)."""
+    firsts = [p if i == 0 else p[0] for i, p in enumerate(profiles)]   # inductor's layout
     return {method: (point, times[point] / predict(p, ["keep"] * len(p.layers)).step_time_s)
-            for (method, point), p in zip(DRIFT_ANCHORS.items(), profiles) if point in times}
+            for (method, point), p in zip(DRIFT_ANCHORS.items(), firsts) if point in times}
 
 
 def tuned_backend(path: Path, work: Path, args):

@@ -13,7 +13,8 @@ import torch
 from autosched.errors import UserError
 from autosched.runtime.actions import ON_DEVICE
 from autosched.runtime.apply_plan import apply
-from autosched.runtime.compiled_plans import compile_planned, hybrid_actions, partitioner_backend
+from autosched.runtime.compiled_plans import (compile_planned, hybrid_actions,
+                                              partitioner_backend, plan_layout)
 from autosched.runtime.make_plan import plan as make_plan
 from autosched.runtime.measured_choice import fit_by_measurement
 from autosched.runtime.model_profile import restrict
@@ -51,17 +52,20 @@ def compiled_plan(model, inputs, loss_fn, profile, budget, kernels, built: dict,
                   backend="inductor"):
     """Our plan applied for compilation and compiled with `backend`, its measured saved
     bytes within `budget` and using what the measurement shows is left of it
-    (measured_choice.fit_by_measurement); (plan, compiled model, limit used). built:
-    compiled models by actions, shared across budgets (the same plan for two budgets is
+    (measured_choice.fit_by_measurement); (plan, compiled model, limit used). profile:
+    one per layout worth trying (make_plan keeps the fastest predicted). built: compiled
+    models by layout and actions, shared across budgets (the same plan for two budgets is
     one program, timed once)."""
     def solve(limit):
-        return make_plan(model, inputs, limit, loss_fn, profile=profile, kernels=kernels)
+        return make_plan(model, inputs, limit, loss_fn, profile=profile, kernels=kernels,
+                         backend=backend)
 
     def build(p):
-        if tuple(p.actions) not in built:
-            built[tuple(p.actions)] = run = compile_planned(model, p, kernels, backend=backend)
+        key = (plan_layout(p), *p.actions)
+        if key not in built:
+            built[key] = run = compile_planned(model, p, kernels, backend=backend)
             training_step(run, inputs, loss_fn)
-        return built[tuple(p.actions)]
+        return built[key]
 
     def measure(run):
         return measure_step(run, inputs, loss_fn, repeats=1, warmup=0).saved_bytes
@@ -78,8 +82,8 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
     for b in COMPILE_BUDGETS:
         points[f"compile@{b:g}"] = (compiled(model, b, inputs, loss_fn),
                                     {"method": "compile", "budget": b})
-    eager_prof, compiled_prof, *tuned_prof = (restrict(p, ON_DEVICE) if p.device == "cpu"
-                                              else p for p in profiles)
+    eager_prof, compiled_profs, *tuned_profs = (
+        _on_device(p) if i == 0 else [_on_device(q) for q in p] for i, p in enumerate(profiles))
     built, built_on_kernels = {}, {}
     for spec in PLAN_BUDGETS:
         budget = parse_budget(spec, eager_prof.keep_saved_bytes)
@@ -90,7 +94,7 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
         except Exception as e:    # one point's failure is reported; the others still run
             _failed(f"plan@{spec}", e)
         try:
-            p, run, limit = compiled_plan(model, inputs, loss_fn, compiled_prof, budget,
+            p, run, limit = compiled_plan(model, inputs, loss_fn, compiled_profs, budget,
                                           kernels, built)
         except Exception as e:
             _failed(f"plan+compile@{spec}", e)
@@ -98,11 +102,12 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
         points[f"plan+compile@{spec}"] = (run, {"method": "plan+compile", "limit_bytes": limit,
                                                 **_info(p, spec, budget)})
         if tuned is not None:
-            p, run, limit = compiled_plan(model, inputs, loss_fn, tuned_prof[0], budget,
+            p, run, limit = compiled_plan(model, inputs, loss_fn, tuned_profs[0], budget,
                                           kernels, built_on_kernels, tuned)
             points[f"plan+kernels@{spec}"] = (run, {"method": "plan+kernels",
                                                     "limit_bytes": limit,
                                                     **_info(p, spec, budget)})
+    compiled_prof = compiled_profs[0]                 # inductor's own layout
     hybrid = hybrid_actions(compiled_prof)
     cores = [layer.attention_cores for layer in compiled_prof.layers]
     print(f"memory-efficient forms for the partitioner: {hybrid}", flush=True)
@@ -124,6 +129,11 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
     return points
 
 
+def _on_device(profile):
+    """The profile without offload on the CPU (host and device memory are one RAM)."""
+    return restrict(profile, ON_DEVICE) if profile.device == "cpu" else profile
+
+
 def _failed(point: str, e: Exception) -> None:
     """Say why a point is missing (a plan that does not fit: one line; else the trace)."""
     if isinstance(e, UserError):
@@ -133,8 +143,11 @@ def _failed(point: str, e: Exception) -> None:
 
 
 def _info(p, spec, budget) -> dict:
-    return {"budget": spec, "budget_bytes": budget, "actions": p.actions,
+    info = {"budget": spec, "budget_bytes": budget, "actions": p.actions,
             "pred_time_s": p.predicted["step_time_s"], "pred_saved": p.predicted["saved_bytes"]}
+    if p.model.get("layout"):
+        info["layout"] = p.model["layout"]
+    return info
 
 
 def measure(points, inputs, loss_fn, rounds, steps, clock):

@@ -38,7 +38,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true",
                    help="cost the actions compiled with torch.compile (the plan is for "
                         "autosched.runtime.compiled_plans.compile_planned(model, plan), "
-                        "which joins a checkpointed layer after a selective one to its region)")
+                        "which joins a checkpointed layer after a selective one to its region and "
+                        "compiles under the layout the profile measured best)")
     p.add_argument("--model-library", metavar="DIR",
                    help="with --compile: a library of `autosched export-model --train`; the "
                         "plan is costed (and meant to be compiled) with "

@@ -96,6 +96,8 @@ class Plan:
             lines.append(f"compiled          {format_bytes(self.solver['measured_saved_bytes'])}"
                          " saved, measured (solved for "
                          f"{format_bytes(self.solver['limit_bytes'])})")
+        if self.model.get("layout"):
+            lines.append(f"layout            {self.model['layout']} (compile_planned applies it)")
         if g["host_bytes"] and not self.bandwidth.get("overlap", False) and \
                 self.device.startswith("cpu"):
             lines.append("note              on the CPU host and device memory are the same RAM: "

@@ -29,43 +29,83 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
     "wall", "cpu" or "thread" time for the measurements (see training_step.clock_fn). kernels: the
     memory-efficient kernels by kind (memeff.memeff_library_kernels); the plan is
     measured with them and must be applied with the same (`apply(model, plan, kernels)`).
-    compile: cost the actions as torch.compile runs them (model_profile.py); the plan is
-    then meant for `torch.compile(apply(model, plan, compile=True))`. backend: what
-    compiles it (a registered name, or autosched.torch.backend(DIR) of an
-    `autosched export-model --train` library: the operators the library's kernels win
-    run, and are costed, on them); the plan is then compiled with the same backend.
+    compile: cost the actions as torch.compile runs them (model_profile.py), under each
+    layout worth trying (compiled_plans.layouts_worth_trying: both where inductor compiles
+    convolutions), keeping the plan predicted fastest (plan.solver["layouts"]: each
+    layout's predicted step, None where it cannot fit); the plan is then meant for
+    `compile_planned(model, plan)`, which compiles it under its layout
+    (plan.model["layout"]). backend: what compiles it (a registered name, or
+    autosched.torch.backend(DIR) of an `autosched export-model --train` library: the
+    operators the library's kernels win run, and are costed, on them); the plan is then
+    compiled with the same backend. `profile` may also be a list of compiled profiles, one
+    per layout, to choose among.
     """
-    from .layers import find_layers, layers_fingerprint
-    from .model_profile import profile_model
-    from .solver import smallest_feasible_bytes, solve
+    from ..errors import UserError
+    from .compiled_plans import INDUCTOR_LAYOUT, layouts_worth_trying
 
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
         else (example_inputs,)
     if not isinstance(memory_budget, (int, float)):
         parse_budget(memory_budget, 1)          # malformed strings fail before profiling
     if profile is None:
+        from .model_profile import profile_model
+
         if allow_offload is None:
             allow_offload = _on_cuda(model)
-        profile = profile_model(model, inputs, loss_fn, layers=layers, actions=actions,
-                                allow_offload=allow_offload, repeats=repeats,
-                                bandwidth_path=bandwidth_path, clock=clock, kernels=kernels,
-                                compile=compile, backend=backend)
-    elif profile.compiled_with not in (None, str(backend)):
-        raise ValueError(f"the profile was costed compiled with {profile.compiled_with}; "
-                         "plan with the same backend")
+        layouts = layouts_worth_trying(model, inputs, backend) if compile \
+            else (INDUCTOR_LAYOUT,)
+        profiles = [profile_model(model, inputs, loss_fn, layers=layers, actions=actions,
+                                  allow_offload=allow_offload, repeats=repeats,
+                                  bandwidth_path=bandwidth_path, clock=clock, kernels=kernels,
+                                  compile=compile, backend=backend, layout=layout)
+                    for layout in layouts]
+    else:
+        profiles = list(profile) if isinstance(profile, (list, tuple)) else [profile]
+    for prof in profiles:
+        if prof.compiled_with not in (None, str(backend)):
+            raise ValueError(f"the profile was costed compiled with {prof.compiled_with}; "
+                             "plan with the same backend")
+    plans, refusals = [], []
+    for prof in profiles:
+        try:
+            plans.append(_plan_on(prof, model, inputs, loss_fn, memory_budget, time_limit_s,
+                                  mip_gap, kernel_ids or {}, kernels, backend))
+        except UserError as e:
+            refusals.append((prof, e))
+    if not plans:         # the refusal of the layout that gets closest to the budget
+        raise min(refusals, key=lambda r: _least_bytes(r[0], time_limit_s))[1]
+    best = min(plans, key=lambda p: p.predicted["step_time_s"])
+    if len(profiles) > 1:
+        best.solver["layouts"] = {prof.layout: None for prof, _ in refusals} | {
+            p.model["layout"]: p.predicted["step_time_s"] for p in plans}
+    return best
+
+
+def _plan_on(profile, model, inputs, loss_fn, memory_budget, time_limit_s, mip_gap,
+             kernel_ids, kernels, backend) -> Plan:
+    """The plan one profile offers within the budget (compiled: fitted by measurement)."""
+    from .layers import find_layers, layers_fingerprint
+    from .solver import solve
+
     budget = parse_budget(memory_budget, profile.keep_saved_bytes)
     fingerprint = layers_fingerprint(find_layers(model, profile.containers))
 
     def solve_for(limit):
         return build_plan(model, profile, solve(profile, limit, time_limit_s, mip_gap),
-                          budget, str(memory_budget), fingerprint, kernel_ids or {})
+                          budget, str(memory_budget), fingerprint, kernel_ids)
     if profile.compiled_with is None:
         return solve_for(budget)
-    least = smallest_feasible_bytes(profile, time_limit_s)
+    least = _least_bytes(profile, time_limit_s)
     if least > budget:
         return solve_for(budget)           # raises the solver's infeasible-budget error
     return _fit_compiled(lambda limit: solve_for(max(limit, least)), model, inputs, loss_fn,
                          budget, kernels, backend)
+
+
+def _least_bytes(profile, time_limit_s) -> int:
+    from .solver import smallest_feasible_bytes
+
+    return smallest_feasible_bytes(profile, time_limit_s)
 
 
 def _fit_compiled(solve_for, model, inputs, loss_fn, budget: int, kernels, backend) -> Plan:
@@ -122,7 +162,8 @@ def build_plan(model, profile, solution, budget: int, spec: str, fp: str, kernel
         model={"class": type(model).__name__, "fingerprint": fp,
                "containers": profile.containers, "layer_rule": profile.layer_rule,
                "layers": len(layers), "compiled_with": profile.compiled_with,
-               "joined_selective": profile.joins_selective},
+               "joined_selective": profile.joins_selective,
+               "layout": profile.layout if profile.compiled_with else None},
         device=profile.device,
         budget={"bytes": int(budget), "spec": spec},
         reference={"saved_bytes": profile.keep_saved_bytes,

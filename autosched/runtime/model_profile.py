@@ -20,7 +20,8 @@ A layer's saved bytes are those of its compiled body (the partitioner's choice o
 tensors; inductor's channels-last copies of convolution weights are kept for backward
 too, 2.6 MiB in a ResNet-18 shape at batch 8); the rest's bytes and the reference (keep)
 step, the base of percentage budgets, stay eager's. What the whole compiled graph saves
-beyond that, plan(compile=True) measures and fits (make_plan.py).
+beyond that, plan(compile=True) measures and fits (make_plan.py). A compiled profile is
+of one layout (compiled_plans.LAYOUTS): every layer body and whole model compiled under it.
 
 Storages that cross a layer boundary (a layer's inputs and outputs) are "shared": whoever
 saves one, it is counted once. The profile therefore keeps, per action, the layer's own
@@ -40,10 +41,10 @@ import torch
 
 from .actions import ACTIONS
 from .bandwidth import Bandwidth, host_device_bandwidth
-from .apply_plan import apply_actions
-from .compiled_plans import (compile_planned, forget_compiled_variants, joins_selective_regions,
-                             partitioner_backend)
+from .compiled_plans import (INDUCTOR_LAYOUT, LAYOUTS, forget_compiled_variants,
+                             joins_selective_regions, partitioner_backend)
 from .context_costs import context_costs
+from .model_variants import ModelVariants
 from .layers import (AUTOMATIC_RULE, CallCapture, containers_spec, fed_by_previous,
                      find_layers, run_once_in_order, tensors_in)
 from .memeff import swappable
@@ -51,7 +52,7 @@ from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
 from .planned_layer import PlannedLayer
 from .timing import settle, spread
 from .trace import COMPUTE_HEAVY, attention_cores, trace_ops
-from .training_step import clock_fn, compute_loss, measure_step, training_step
+from .training_step import clock_fn, compute_loss, measure_step
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class ModelProfile:
     # a selective or recomputed layer after a selective one joins its region, keeping no
     # input (plans compiled with compile_planned on a backend that joins regions)
     joins_selective: bool = False
+    layout: str = INDUCTOR_LAYOUT  # compiled: the layout the times are of (compiled_plans)
 
 
 def _detached(obj):
@@ -189,7 +191,7 @@ def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
                   repeats: int = 5, bandwidth: Bandwidth | None = None,
                   bandwidth_path=None, clock: str = "wall",
                   kernels: dict | None = None, compile: bool = False,
-                  backend="inductor") -> ModelProfile:
+                  backend="inductor", layout: str = INDUCTOR_LAYOUT) -> ModelProfile:
     """Measure everything the planner needs (see the module docstring).
 
     clock: "wall", "cpu" or "thread" (see training_step.clock_fn); predictions are in the
@@ -199,8 +201,12 @@ def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
     compile: time the layers and the rest compiled with torch.compile(backend=backend):
     a registered name, or a backend callable (autosched.torch.backend(DIR): the times
     are those of the tuned kernels where they serve an operator).
+    layout: compiled, one of compiled_plans.LAYOUTS: every layer body and whole model is
+    compiled under it (plan() profiles each layout worth trying and keeps the fastest plan).
     """
     clock_fn(clock)
+    if layout not in LAYOUTS or (layout != INDUCTOR_LAYOUT and not compile):
+        raise ValueError(f"layout {layout!r}: a compiled profile's, one of {', '.join(LAYOUTS)}")
     found = find_layers(model, layers)
     if layers is None:
         found = _run_once_in_order(model, inputs, loss_fn, found)
@@ -210,7 +216,7 @@ def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
                 64, torch._dynamo.config.recompile_limit)):
             return _profile(model, inputs, loss_fn, found, layers is not None,
                             actions, allow_offload, repeats, bandwidth, bandwidth_path, clock,
-                            kernels or {}, backend if compile else None)
+                            kernels or {}, backend if compile else None, layout)
     finally:
         for p, g in saved_grads.items():
             p.grad = g
@@ -227,7 +233,8 @@ def _run_once_in_order(model, inputs, loss_fn, found):
 
 
 def _profile(model, inputs, loss_fn, found, explicit, actions, allow_offload,
-             repeats, bandwidth, bandwidth_path, clock, kernels, backend) -> ModelProfile:
+             repeats, bandwidth, bandwidth_path, clock, kernels, backend,
+             layout) -> ModelProfile:
     containers = containers_spec(found)
     exclude = model_state(model)
     meter = SavedTensorMeter(exclude)
@@ -262,11 +269,12 @@ def _profile(model, inputs, loss_fn, found, explicit, actions, allow_offload,
     meter.release()
     device = next((t.device for t in exclude), torch.device("cpu"))
     follows = fed_by_previous(found, calls, [*exclude, *tensors_in(inputs)])
+    builder = ModelVariants(model, inputs, loss_fn, containers, kernels, backend, repeats, clock)
     profiles = _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows,
                                actions, allow_offload, repeats, clock_fn(clock), kernels,
-                               backend)
-    profiles, whole_time = _in_context(model, inputs, loss_fn, found, calls, profiles,
-                                       containers, kernels, backend, repeats, clock)
+                               backend, layout)
+    builder.attention_cores = [p.attention_cores for p in profiles]
+    profiles, whole_time = _in_context(found, calls, profiles, builder, layout)
     keep_time = whole_time if backend is None else statistics.median(measure_step(
         model, inputs, loss_fn, repeats=2 * repeats, clock=clock).times_s)   # eager's
     rest_time = whole_time - sum(p.options["keep"].time_s for p in profiles)
@@ -276,31 +284,19 @@ def _profile(model, inputs, loss_fn, found, explicit, actions, allow_offload,
                         "given" if explicit else AUTOMATIC_RULE,
                         {kind: k.id for kind, k in kernels.items()},
                         None if backend is None else str(backend),
-                        backend is not None and joins_selective_regions(backend))
+                        backend is not None and joins_selective_regions(backend),
+                        layout)
 
 
-def _in_context(model, inputs, loss_fn, found, calls, profiles, containers, kernels, backend,
-                repeats, clock):
-    """The profile's times as the whole model measures them (compiled with `backend`, if
-    any), per group of identical layers and action (context_costs.py); and the all-kept
-    step."""
-    cores = [p.attention_cores for p in profiles]
+def _in_context(found, calls, profiles, builder, layout):
+    """The profile's times as the whole model measures them (compiled with the builder's
+    backend under `layout`, if any), per group of identical layers and action
+    (context_costs.py); and the all-kept step."""
     index = {layer.name: i for i, layer in enumerate(found)}
     groups = [[index[layer.name] for layer in members]
               for members in _groups(found, calls).values()]
-
-    def build(actions):
-        if backend is None:
-            return apply_actions(model, actions, containers, cores, kernels)
-        run = compile_planned(model, actions, kernels, backend=backend, layers=containers,
-                              attention_cores=cores)
-        training_step(run, inputs, loss_fn)        # compiled now, not while timed
-        return run
-
-    def measure(run):
-        return measure_step(run, inputs, loss_fn, repeats=1, warmup=0,
-                            clock=clock).step_time_s
-    return context_costs(profiles, groups, build, measure, rounds=3 * repeats)
+    return context_costs(profiles, groups, lambda actions: builder.build(actions, layout),
+                         builder.measure, rounds=3 * builder.repeats)
 
 
 def _groups(found, calls) -> dict:
@@ -312,12 +308,13 @@ def _groups(found, calls) -> dict:
 
 
 def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows, actions,
-                    allow_offload, repeats, now, kernels, backend=None) -> list[LayerProfile]:
+                    allow_offload, repeats, now, kernels, backend=None,
+                    layout=INDUCTOR_LAYOUT) -> list[LayerProfile]:
     """Bytes per layer and action; times pooled over layers with the same signature (each
     runs `repeats` times, the median is over all their runs), so identical blocks get the
     same, steadier, numbers; actions whose medians do not separate get up to 3x the
     rounds (timing.settle), and each time records its spread. With a backend the timed
-    bodies are compiled with it."""
+    bodies are compiled with it, under `layout`."""
     info = {}
     for layer in found:
         call = calls[layer.name]
@@ -336,7 +333,7 @@ def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows,
                 timed = torch.compile(PlannedLayer(
                     first.module, ACTIONS[name], first.index, None, info[first.name][2],
                     kernels, compile=True, backend=backend),
-                    backend=partitioner_backend(1.0, backend))
+                    backend=partitioner_backend(1.0, backend, layout=layout))
             runners[name] = []
             for layer in members:
                 body = PlannedLayer(layer.module, ACTIONS[name], layer.index, None,

@@ -133,6 +133,7 @@ def test_plan_costed_compiled_stays_within_budget_under_compile(tiny_gpt, grads,
     for spec in ("60%", "25%"):
         plan = rt.plan(model, inputs, spec, loss_fn, profile=profile, backend=BACKEND)
         assert plan.model["compiled_with"] == BACKEND
+        assert plan.model["layout"] == "inductor"   # no convolutions: one layout costed
         run = compile_planned(model, plan, backend=BACKEND)
         # the plan was fitted by measuring it compiled (make_plan._fit_compiled)
         assert plan.solver["measured_saved_bytes"] <= plan.budget["bytes"]
