@@ -15,12 +15,14 @@ Where things are:
     make_plan.py        plan(): profile, solve, write the plan down (the entry point)
     apply_plan.py       apply(): a model running under a plan, parameters shared
                         (compile=True: built for torch.compile, the plan's memory kept)
-    compiled_plans.py   compile_planned(): a plan compiled, alone or with the partitioner
+    compiled_plans.py   compile_planned(): a plan compiled, alone or with the partitioner,
+                        under its layout (inductor's own, or every graph contiguous)
     joined_regions.py   compiled: checkpoint regions after a selective one joined to it
     measured_choice.py  choices checked by measurement: Pareto-consistent, within budget
     document.py         Plan: the versioned JSON document and its table
     model_profile.py    profile_model(): per layer and action, measured time and bytes
-                        (eager or compiled; timing.py samples until medians separate)
+                        (eager or compiled; timing.py samples until medians separate;
+                        in the whole model: model_variants.py, context_costs.py)
     solver.py           the MILP that picks one action per layer
     prediction.py       the analytic step-time and memory predictor the solver optimises
     baselines.py        hand-written strategies (uniform, Megatron) to compare with
