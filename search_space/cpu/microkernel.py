@@ -182,8 +182,12 @@ def register_tiles(plan: KernelPlan, params: CpuParams) -> list[tuple[int, int]]
         nr = vectors * lanes
         if not _fits(cols, nr, plan.paddable, lanes - 1):
             continue
+        # three or more panel vectors: LLVM keeps two more registers live (a 9 x 48
+        # AVX-512 tile, 27 accumulators + 3 + 1 = 31 of 32, spilled 2 loads and 2 stores
+        # per 108 FMAs on Rocket Lake)
+        spare = 2 if vectors >= 3 else 0
         for mr in range(1, min(rows, tallest) + 1):
-            if mr * vectors + vectors + 1 > regs:
+            if mr * vectors + vectors + 1 + spare > regs:
                 break
             if _fits(rows, mr, plan.paddable, 0):
                 out.append((mr, nr))
