@@ -22,7 +22,7 @@ Where things are:
     document.py         Plan: the versioned JSON document and its table
     model_profile.py    profile_model(): per layer and action, measured time and bytes
                         (eager or compiled; timing.py samples until medians separate;
-                        in the whole model: model_variants.py, context_costs.py)
+                        in the whole model: context_costs.py)
     solver.py           the MILP that picks one action per layer
     prediction.py       the analytic step-time and memory predictor the solver optimises
     baselines.py        hand-written strategies (uniform, Megatron) to compare with

@@ -21,11 +21,11 @@ none, so it runs contiguous; recompute a conv block and its backward graph holds
 block's forward convolutions and turns channels-last, converting layouts at the graph's
 boundaries. In a small U-Net (GroupNorm) compiled on this CPU that made the first
 recomputed block cost 7 ms of a 42 ms step and all five 17 ms, against 1.3 ms and 10 ms
-with every graph contiguous. Kept, the same model ran 8% faster under inductor's choice. So LAYOUTS names the two a
-compiled plan can run under, "inductor" (inductor's own choice per graph) and
-"contiguous" (layout optimisation off in every graph, forward and backward), and
-plan(compile=True) profiles the model under each that matters (layouts_worth_trying) and
-keeps the plan predicted fastest; the plan records its layout.
+with every graph contiguous. Kept, the same model ran 8% faster under inductor's
+choice. So LAYOUTS names the two a compiled plan can run under, "inductor" (inductor's
+own choice per graph) and "contiguous" (layout optimisation off in every graph, forward
+and backward), and plan(compile=True) profiles the model under each that matters
+(layouts_worth_trying) and keeps the plan predicted fastest; the plan records its layout.
 """
 from __future__ import annotations
 
@@ -122,14 +122,13 @@ def compile_planned(model, plan_or_actions, kernels: dict | None = None,
     keeps it). `backend`: as for partitioner_backend (autosched.torch.backend(DIR) runs
     the plan's operators on tuned kernels). layout: one of LAYOUTS (default: the plan's,
     for a list of actions inductor's). Parameters are shared."""
-    if layout is None:
-        layout = INDUCTOR_LAYOUT if isinstance(plan_or_actions, list) \
-            else plan_layout(plan_or_actions)
     if isinstance(plan_or_actions, list):
         planned = apply_actions(model, plan_or_actions, layers, attention_cores, kernels,
                                 compile=True, backend=backend)
+        layout = layout or INDUCTOR_LAYOUT
     else:
         planned = apply(model, plan_or_actions, kernels, compile=True, backend=backend)
+        layout = layout or plan_layout(plan_or_actions)
     return torch.compile(clone_structure(planned) if planned is model else planned,
                          backend=partitioner_backend(memory_budget, backend,
                                                      join_selective=True, layout=layout))

@@ -42,6 +42,7 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
     """
     from ..errors import UserError
     from .compiled_plans import INDUCTOR_LAYOUT, layouts_worth_trying
+    from .solver import smallest_feasible_bytes
 
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
         else (example_inputs,)
@@ -73,7 +74,7 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
         except UserError as e:
             refusals.append((prof, e))
     if not plans:         # the refusal of the layout that gets closest to the budget
-        raise min(refusals, key=lambda r: _least_bytes(r[0], time_limit_s))[1]
+        raise min(refusals, key=lambda r: smallest_feasible_bytes(r[0], time_limit_s))[1]
     best = min(plans, key=lambda p: p.predicted["step_time_s"])
     if len(profiles) > 1:
         best.solver["layouts"] = {prof.layout: None for prof, _ in refusals} | {
@@ -85,7 +86,7 @@ def _plan_on(profile, model, inputs, loss_fn, memory_budget, time_limit_s, mip_g
              kernel_ids, kernels, backend) -> Plan:
     """The plan one profile offers within the budget (compiled: fitted by measurement)."""
     from .layers import find_layers, layers_fingerprint
-    from .solver import solve
+    from .solver import smallest_feasible_bytes, solve
 
     budget = parse_budget(memory_budget, profile.keep_saved_bytes)
     fingerprint = layers_fingerprint(find_layers(model, profile.containers))
@@ -95,17 +96,11 @@ def _plan_on(profile, model, inputs, loss_fn, memory_budget, time_limit_s, mip_g
                           budget, str(memory_budget), fingerprint, kernel_ids)
     if profile.compiled_with is None:
         return solve_for(budget)
-    least = _least_bytes(profile, time_limit_s)
+    least = smallest_feasible_bytes(profile, time_limit_s)
     if least > budget:
         return solve_for(budget)           # raises the solver's infeasible-budget error
     return _fit_compiled(lambda limit: solve_for(max(limit, least)), model, inputs, loss_fn,
                          budget, kernels, backend)
-
-
-def _least_bytes(profile, time_limit_s) -> int:
-    from .solver import smallest_feasible_bytes
-
-    return smallest_feasible_bytes(profile, time_limit_s)
 
 
 def _fit_compiled(solve_for, model, inputs, loss_fn, budget: int, kernels, backend) -> Plan:

@@ -41,10 +41,10 @@ import torch
 
 from .actions import ACTIONS
 from .bandwidth import Bandwidth, host_device_bandwidth
-from .compiled_plans import (INDUCTOR_LAYOUT, LAYOUTS, forget_compiled_variants,
+from .apply_plan import apply_actions
+from .compiled_plans import (INDUCTOR_LAYOUT, LAYOUTS, compile_planned, forget_compiled_variants,
                              joins_selective_regions, partitioner_backend)
 from .context_costs import context_costs
-from .model_variants import ModelVariants
 from .layers import (AUTOMATIC_RULE, CallCapture, containers_spec, fed_by_previous,
                      find_layers, run_once_in_order, tensors_in)
 from .memeff import swappable
@@ -52,7 +52,7 @@ from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
 from .planned_layer import PlannedLayer
 from .timing import settle, spread
 from .trace import COMPUTE_HEAVY, attention_cores, trace_ops
-from .training_step import clock_fn, compute_loss, measure_step
+from .training_step import clock_fn, compute_loss, measure_step, training_step
 
 
 @dataclass(frozen=True)
@@ -269,12 +269,11 @@ def _profile(model, inputs, loss_fn, found, explicit, actions, allow_offload,
     meter.release()
     device = next((t.device for t in exclude), torch.device("cpu"))
     follows = fed_by_previous(found, calls, [*exclude, *tensors_in(inputs)])
-    builder = ModelVariants(model, inputs, loss_fn, containers, kernels, backend, repeats, clock)
     profiles = _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows,
                                actions, allow_offload, repeats, clock_fn(clock), kernels,
                                backend, layout)
-    builder.attention_cores = [p.attention_cores for p in profiles]
-    profiles, whole_time = _in_context(found, calls, profiles, builder, layout)
+    profiles, whole_time = _in_context(model, inputs, loss_fn, found, calls, profiles,
+                                       containers, kernels, backend, layout, repeats, clock)
     keep_time = whole_time if backend is None else statistics.median(measure_step(
         model, inputs, loss_fn, repeats=2 * repeats, clock=clock).times_s)   # eager's
     rest_time = whole_time - sum(p.options["keep"].time_s for p in profiles)
@@ -288,15 +287,28 @@ def _profile(model, inputs, loss_fn, found, explicit, actions, allow_offload,
                         layout)
 
 
-def _in_context(found, calls, profiles, builder, layout):
-    """The profile's times as the whole model measures them (compiled with the builder's
-    backend under `layout`, if any), per group of identical layers and action
-    (context_costs.py); and the all-kept step."""
+def _in_context(model, inputs, loss_fn, found, calls, profiles, containers, kernels, backend,
+                layout, repeats, clock):
+    """The profile's times as the whole model measures them (compiled with `backend` under
+    `layout`, if any), per group of identical layers and action (context_costs.py); and
+    the all-kept step."""
+    cores = [p.attention_cores for p in profiles]
     index = {layer.name: i for i, layer in enumerate(found)}
     groups = [[index[layer.name] for layer in members]
               for members in _groups(found, calls).values()]
-    return context_costs(profiles, groups, lambda actions: builder.build(actions, layout),
-                         builder.measure, rounds=3 * builder.repeats)
+
+    def build(actions):
+        if backend is None:
+            return apply_actions(model, actions, containers, cores, kernels)
+        run = compile_planned(model, actions, kernels, backend=backend, layers=containers,
+                              attention_cores=cores, layout=layout)
+        training_step(run, inputs, loss_fn)        # compiled now, not while timed
+        return run
+
+    def measure(run):
+        return measure_step(run, inputs, loss_fn, repeats=1, warmup=0,
+                            clock=clock).step_time_s
+    return context_costs(profiles, groups, build, measure, rounds=3 * repeats)
 
 
 def _groups(found, calls) -> dict:
