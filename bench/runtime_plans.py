@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import gpt  # noqa: E402
 import provenance  # noqa: E402
+from training_plans_report import SHORT  # noqa: E402
 
 from autosched.errors import UserError  # noqa: E402
 from autosched.runtime.actions import ON_DEVICE  # noqa: E402
@@ -204,11 +205,7 @@ def main(argv=None) -> int:
 
 
 def _short(actions) -> str:
-    abbrev = {"keep": "K", "memeff_ln": "L", "memeff": "M", "recompute_attention": "A",
-              "recompute_attention+memeff_ln": "AL", "recompute_attention+memeff": "AM",
-              "selective": "S", "recompute": "R", "offload": "O", "offload+memeff_ln": "OL",
-              "offload+memeff": "OM"}
-    return " ".join(abbrev[a] for a in actions)
+    return " ".join(SHORT[a] for a in actions)
 
 
 def report(rows) -> None:

@@ -80,8 +80,8 @@ def verdicts(rows) -> dict:
 
 SHORT = {"keep": "K", "memeff_ln": "L", "memeff": "M", "recompute_attention": "A",
          "recompute_attention+memeff_ln": "AL", "recompute_attention+memeff": "AM",
-         "selective": "S", "recompute": "R", "offload": "O", "offload+memeff_ln": "OL",
-         "offload+memeff": "OM"}
+         "selective": "S", "selective_dense": "SD", "selective_narrow": "SN",
+         "recompute": "R", "offload": "O", "offload+memeff_ln": "OL", "offload+memeff": "OM"}
 
 
 def report(rows) -> None:

@@ -9,15 +9,18 @@
 | recompute_attention+memeff_ln  | both of the above                        | both                  |
 | recompute_attention+memeff     | attention core inputs, memeff GELU + LN  | both                  |
 | selective                      | outputs of matmul-like ops + layer input | cheap ops again       |
+| selective_dense                | those but attention's batched products   | also those products   |
+| selective_narrow               | those no wider than their data operand   | also wider matmuls    |
 | recompute                      | the layer's inputs only                  | whole forward again   |
 | offload                        | nothing on the device (copies on host)   | transfers not hidden  |
 | offload+memeff_ln              | host copies of the memeff_ln-reduced set | smaller transfers     |
 | offload+memeff                 | host copies of the memeff-reduced set    | smaller transfers     |
 
 `recompute` is non-reentrant `torch.utils.checkpoint`; `selective` is the same with a
-`create_selective_checkpoint_contexts` policy (checkpointing.py; compiled, a selective
-or recomputed layer after a selective one joins its region and keeps no input,
-joined_regions.py); `recompute_attention`
+`create_selective_checkpoint_contexts` policy (checkpointing.py; the three selective
+actions differ in the save rule of save_rules.py; compiled, a selective or recomputed
+layer after a selective one joins its region and keeps no input, joined_regions.py);
+`recompute_attention`
 checkpoints only the layer's attention-core submodules, as Megatron-LM's selective
 recomputation does; `offload` is offload.py; the memeff forms are memeff/.
 planned_layer.PlannedLayer carries an action out. This table is plain data (no torch), so
@@ -34,6 +37,7 @@ class Action:
     memeff: tuple = ()                # module kinds made memory-efficient
     recompute: str | None = None      # None, "full", "selective" or "attention"
     offload: bool = False
+    saves: str = "all"                # selective: the save rule (save_rules.RULES)
 
 
 LN, ALL = ("layer_norm",), ("gelu", "layer_norm")
@@ -45,6 +49,8 @@ ACTIONS = {a.name: a for a in (
     Action("recompute_attention+memeff_ln", memeff=LN, recompute="attention"),
     Action("recompute_attention+memeff", memeff=ALL, recompute="attention"),
     Action("selective", recompute="selective"),
+    Action("selective_dense", recompute="selective", saves="dense"),
+    Action("selective_narrow", recompute="selective", saves="narrow"),
     Action("recompute", recompute="full"),
     Action("offload", offload=True),
     Action("offload+memeff_ln", memeff=LN, offload=True),
@@ -53,6 +59,16 @@ ACTIONS = {a.name: a for a in (
 
 # the actions that keep every activation on the device (no host memory involved)
 ON_DEVICE = tuple(n for n, a in ACTIONS.items() if not a.offload)
+
+
+def is_selective(name: str) -> bool:
+    """Whether action `name` recomputes its layer per op under a save rule."""
+    return ACTIONS[name].recompute == "selective"
+
+
+def selective_action(rule: str) -> str:
+    """The selective action of save rule `rule`."""
+    return "selective" if rule == "all" else f"selective_{rule}"
 
 
 def base_action(name: str) -> str:

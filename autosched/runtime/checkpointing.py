@@ -3,7 +3,8 @@
 `selective_checkpoint(fn, *args)` runs `fn` under non-reentrant checkpointing with a policy
 from `torch.utils.checkpoint.create_selective_checkpoint_contexts`: outputs of
 compute-heavy ops (matmuls, convolutions, fused attention, and every autosched custom op)
-are saved; everything else (norms, activations, softmax, elementwise, copies) is
+are saved, or those of them a save rule keeps (save_rules.py: the selective actions
+differ in it); everything else (norms, activations, softmax, elementwise, copies) is
 recomputed in backward from those and from the layer's inputs.
 
 The outputs the policy saves live in the checkpoint's cache, not in autograd's saved-tensor
@@ -20,19 +21,32 @@ from torch.utils.checkpoint import (CheckpointPolicy, SelectiveCheckpointContext
                                     create_selective_checkpoint_contexts)
 
 from .meter import report_saved
-from .trace import AUTOSCHED_NAMESPACE, BATCH_NORMS, COMPUTE_HEAVY, op_name
+from .save_rules import data_operand, keeps
+from .trace import AUTOSCHED_NAMESPACE, BATCH_NORMS, COMPUTE_HEAVY, first_tensor, op_name
 
 
-def save_compute_heavy(ctx, func, *args, **kwargs):
-    """Policy: keep the outputs of expensive ops, recompute the cheap ones."""
+def _output_numel(ctx, func, args, kwargs) -> int:
+    out = getattr(ctx, "op_output", None)
+    if out is None:   # torch before 2.12 asks before the op runs: its shapes, on meta
+        out = func(*pytree.tree_map_only(
+            torch.Tensor, lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta"), args),
+            **kwargs)
+    return first_tensor(out).numel()
+
+
+def save_by_rule(rule: str, ctx, func, *args, **kwargs):
+    """Policy: keep the outputs of expensive ops that save_rules' `rule` keeps, recompute
+    the rest."""
     ns, name = op_name(func)
     if ns == AUTOSCHED_NAMESPACE or name in COMPUTE_HEAVY:
-        return CheckpointPolicy.MUST_SAVE
+        if rule == "all" or keeps(rule, name, _output_numel(ctx, func, args, kwargs),
+                                  data_operand(name, args).numel()):
+            return CheckpointPolicy.MUST_SAVE
     return CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def save_compute_heavy_decomposed(ctx, func, *args, **kwargs):
-    """save_compute_heavy for a compiler that decomposes batch norms before partitioning
+def save_by_rule_decomposed(rule: str, ctx, func, *args, **kwargs):
+    """save_by_rule for a compiler that decomposes batch norms before partitioning
     (inductor): batch norms left to the partitioner.
 
     A batch norm the policy recomputes is recomputed whole: its statistics' reduction over
@@ -46,19 +60,28 @@ def save_compute_heavy_decomposed(ctx, func, *args, **kwargs):
     more bytes.)"""
     if op_name(func)[1] in BATCH_NORMS:
         return CheckpointPolicy.PREFER_SAVE
-    return save_compute_heavy(ctx, func, *args, **kwargs)
+    return save_by_rule(rule, ctx, func, *args, **kwargs)
 
+
+# the selective policy of the actions before save rules: every compute-heavy output kept
+save_compute_heavy = functools.partial(save_by_rule, "all")
+save_compute_heavy_decomposed = functools.partial(save_by_rule_decomposed, "all")
 
 # torch.compile backends that decompose batch norms before AOTAutograd partitions
 DECOMPOSING_BACKENDS = {"inductor", "aot_eager_decomp_partition"}
 
 
-def compiled_policy(backend):
+def eager_policy(rule: str = "all"):
+    """The selective policy of an eagerly run layer under save rule `rule`."""
+    return functools.partial(save_by_rule, rule)
+
+
+def compiled_policy(backend, rule: str = "all"):
     """The selective policy for layers compiled by `backend` (a registered name or a
-    backend callable)."""
+    backend callable) under save rule `rule`."""
     if isinstance(backend, str) and backend in DECOMPOSING_BACKENDS:
-        return save_compute_heavy_decomposed
-    return save_compute_heavy
+        return functools.partial(save_by_rule_decomposed, rule)
+    return functools.partial(save_by_rule, rule)
 
 
 def _reporting(policy):

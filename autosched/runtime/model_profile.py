@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .actions import ACTIONS
+from .actions import ACTIONS, selective_action
 from .bandwidth import Bandwidth, host_device_bandwidth
 from .apply_plan import apply_actions
 from .compiled_plans import (INDUCTOR_LAYOUT, LAYOUTS, compile_planned, forget_compiled_variants,
@@ -50,6 +50,7 @@ from .layers import (AUTOMATIC_RULE, CallCapture, containers_spec, fed_by_previo
 from .memeff import swappable
 from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
 from .planned_layer import PlannedLayer
+from .save_rules import distinct_rules
 from .timing import settle, spread
 from .trace import COMPUTE_HEAVY, attention_cores, trace_ops
 from .training_step import clock_fn, compute_loss, measure_step, training_step
@@ -180,7 +181,7 @@ def applicable_actions(module, trace, allow_offload: bool) -> list[str]:
     if attention_cores(module, trace):
         names += ["recompute_attention"] + [f"recompute_attention+{f}" for f in forms]
     if trace.names() & COMPUTE_HEAVY:
-        names.append("selective")
+        names += [selective_action(r) for r in ("all", *distinct_rules(trace.heavy))]
     if allow_offload:
         names += ["offload"] + [f"offload+{f}" for f in forms]
     return names

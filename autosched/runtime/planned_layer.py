@@ -5,8 +5,8 @@ offloading through offload.py (its hooks, and the OffloadSchedule shared by a mo
 offloaded layers).
 
 `compile=True` builds the layer for torch.compile: the memory-efficient forms run as custom
-ops (memeff/ops.py), the selective policy is the one for the backend that compiles it
-(checkpointing.compiled_policy), unreported (the compiler applies it to the graph; the
+ops (memeff/ops.py), the selective policy (under the action's save rule) is the one for the
+backend that compiles it (checkpointing.compiled_policy), unreported (the compiler applies it to the graph; the
 saved tensors of the compiled graph reach the meters' hooks themselves),
 and an offloaded layer runs outside the compiled graph (torch.compiler.disable): its
 saved-tensor hooks and copy streams sit at a region boundary the compiler does not trace.
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .actions import Action
-from .checkpointing import (compiled_policy, full_checkpoint, save_compute_heavy,
+from .checkpointing import (compiled_policy, eager_policy, full_checkpoint,
                             selective_checkpoint)
 from .layers import tensors_in
 from .memeff import TORCH_GELU, TORCH_LAYER_NORM, swap_memeff
@@ -75,7 +75,8 @@ class PlannedLayer(nn.Module):
         self.action_name = action.name
         self.index = index
         self.compile = compile
-        self._policy = compiled_policy(backend) if compile else save_compute_heavy
+        self._policy = (compiled_policy(backend, action.saves) if compile
+                        else eager_policy(action.saves))
         self.body = build_body(module, action, attention_cores, kernels, compile)
         self._action = action
         self._schedule = schedule

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .actions import ACTIONS, base_action
-
-SELECTIVE = "selective"
+from .actions import ACTIONS, base_action, is_selective
 
 
 def compute_times(layer, name: str) -> tuple[float, float]:
@@ -70,7 +68,7 @@ class Prediction:
 def joined(profile, assignment: list[str], i: int) -> bool:
     """Whether layer i's checkpoint region joins layer i - 1's (compiled, i - 1 selective,
     i checkpointed whole and fed by i - 1 alone): then layer i keeps no input."""
-    return (profile.joins_selective and i > 0 and assignment[i - 1] == SELECTIVE
+    return (profile.joins_selective and i > 0 and is_selective(assignment[i - 1])
             and profile.layers[i].follows_previous and joins_after_selective(assignment[i]))
 
 

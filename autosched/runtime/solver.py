@@ -7,7 +7,8 @@ on the device); with a copy engine, e_f[i], e_b[i] >= 0 (exposed transfer second
     subject to sum_a x[i,a] = 1                                         for every layer i
                z[s] >= sum_{a saves s} x[i,a]                           for every saver i of s
                z[s] >= x[i,sel] + x[i,full] - x[i-1,sel]     (instead, for s an input of
-                            i, where a checkpointed layer after a selective one joins it)
+                            i, where a checkpointed layer after a selective one joins it;
+                            x[.,sel]: the sum over the selective actions, actions.py)
                e_f[i] >= d2h(i) - forward(i+1),  e_b[i] >= h2d(i) - backward(i+1)
                rest + sum x[i,a] * own_bytes(i,a) + sum z[s] * bytes(s) <= budget
 
@@ -24,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UserError
-from .prediction import (SELECTIVE, compute_times, joins_after_selective, predict,
-                         transfer_time)
+from .actions import is_selective
+from .prediction import compute_times, joins_after_selective, predict, transfer_time
 from .units import format_bytes
 
 MIB = float(1 << 20)
@@ -93,15 +94,15 @@ class _Model:
             for k, _ in self.cols_of(layer.index):
                 row[k] = 1.0
             out.append((row, 1.0, 1.0))
-        # per layer, the column of its predecessor running selective (joins), if any
-        selective_before = [None] + [dict((n, k) for k, n in self.cols_of(layer.index))
-                                     .get(SELECTIVE) for layer in self.p.layers[:-1]]
+        # per layer, the columns of its predecessor's selective actions (joins)
+        selective_before = [[]] + [[k for k, n in self.cols_of(layer.index) if is_selective(n)]
+                                   for layer in self.p.layers[:-1]]
         for s, zc in self.z.items():
             for layer, before in zip(self.p.layers, selective_before):
                 savers = {name: k for k, name in self.cols_of(layer.index)
                           if s in layer.options[name].shared}
                 joinable = ([k for name, k in savers.items() if joins_after_selective(name)]
-                            if self.p.joins_selective and before is not None
+                            if self.p.joins_selective and before
                             and layer.follows_previous and s in layer.input_shared else [])
                 plain = [k for k in savers.values() if k not in joinable]
                 if plain:
@@ -112,13 +113,12 @@ class _Model:
             out += self._overlap_rows()
         return out
 
-    def _at_least(self, z_col, cols, minus_col=None):
-        """z >= sum of x[cols] (- x[minus_col])."""
+    def _at_least(self, z_col, cols, minus_cols=()):
+        """z >= sum of x[cols] - sum of x[minus_cols]."""
         row = np.zeros(self.n)
         row[z_col] = 1.0
         row[cols] = -1.0
-        if minus_col is not None:
-            row[minus_col] = 1.0
+        row[list(minus_cols)] = 1.0
         return row, 0.0, np.inf
 
     def _overlap_rows(self):

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .save_rules import data_operand
+
 AUTOSCHED_NAMESPACE = "autosched"
 
 # Ops whose outputs are expensive to recompute: selective checkpointing keeps them.
@@ -41,6 +43,9 @@ def op_name(func) -> tuple[str, str]:
 @dataclass
 class OpTrace:
     ops: list = field(default_factory=list)        # (module path, namespace, name)
+    # per compute-heavy op (COMPUTE_HEAVY or autosched's), in call order: (name, output
+    # elements, data operand elements), what save_rules decides on
+    heavy: list = field(default_factory=list)
 
     def names(self, prefix: str | None = None) -> set:
         return {n for p, _, n in self.ops if prefix is None or _under(p, prefix)}
@@ -67,7 +72,17 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         ns, name = op_name(func)
         self.trace.ops.append((self.stack[-1] if self.stack else "", ns, name))
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if ns == AUTOSCHED_NAMESPACE or name in COMPUTE_HEAVY:
+            self.trace.heavy.append((name, first_tensor(out).numel(),
+                                     data_operand(name, args).numel()))
+        return out
+
+
+def first_tensor(out) -> torch.Tensor:
+    """An op's first output tensor (ops return a tensor or a tuple of them)."""
+    return out if isinstance(out, torch.Tensor) else next(
+        t for t in out if isinstance(t, torch.Tensor))
 
 
 def trace_ops(module: torch.nn.Module, args: tuple, kwargs: dict) -> OpTrace:

@@ -64,6 +64,20 @@ def test_compiled_checkpointed_layers_after_selective_layers_keep_no_input():
     # the solver sees the join: in 13 MB the faster selective plan fits only compiled
     assert solve(compiled, 13 * MB).assignment == sel
     assert solve(eager, 13 * MB).assignment == ["recompute"] * 3
+    # every selective action starts a region the next one joins, whatever its save rule
+    narrow = {n: v for n, v in layer.items()} | {"selective_narrow": (1, 1.4, 1 * MB, {0}, 0)}
+    rules = profile([{n: (f, b, m, {i}, h) for n, (f, b, m, _, h) in narrow.items()}
+                     for i in range(3)], shared, compiled=True)
+    assert predict(rules, ["selective_narrow", "selective", "selective_narrow"]).layer_bytes \
+        == (5 * MB, 3 * MB, 1 * MB)
+    assert predict(rules, ["selective", "selective_narrow", "recompute"]).saved_bytes == \
+        (3 + 4 + 1 + 0) * MB
+    # in 7 MB: one region of narrow layers (1 + 4, 1, 1) fits; its input kept three times
+    # over (eager) it would not
+    assert solve(rules, 7 * MB).assignment == ["selective_narrow"] * 3
+    assert predict(profile([{n: (f, b, m, {i}, h) for n, (f, b, m, _, h) in narrow.items()}
+                            for i in range(3)], shared), ["selective_narrow"] * 3
+                   ).saved_bytes == 15 * MB
     # a layer fed by something made outside the layers (a U-Net's concatenation) keeps
     # its input: its region does not join
     apart = profile(layers, shared, compiled=True, fed_elsewhere={2})
@@ -95,6 +109,7 @@ def _random_profile(rng: random.Random, n: int, overlap: bool, compiled: bool = 
             "memeff": (keep_t / 3, keep_t, mem // 2, set(), 0),
             "recompute": (keep_t / 3, keep_t, 0, {i}, 0),
             "selective": (keep_t / 3, 0.8 * keep_t, mem // 3, {i}, 0),
+            "selective_narrow": (keep_t / 3, 0.9 * keep_t, mem // 6, {i}, 0),
             "offload": (keep_t / 3, 2 * keep_t / 3, 0, set(), mem + shared[i]),
         })
     return profile(layers, shared, rest_shared={0} if rng.random() < 0.5 else (),

@@ -107,8 +107,8 @@ def test_rest_and_layers_add_up_to_the_measured_step(tiny_gpt, bw_path):
     assert applicable_actions(model.blocks[0], trace_ops(model.blocks[0], call.args,
                                                          call.kwargs), True) == [
         "keep", "recompute", "memeff_ln", "memeff", "recompute_attention",
-        "recompute_attention+memeff_ln", "recompute_attention+memeff", "selective", "offload",
-        "offload+memeff_ln", "offload+memeff"]
+        "recompute_attention+memeff_ln", "recompute_attention+memeff", "selective",
+        "selective_dense", "selective_narrow", "offload", "offload+memeff_ln", "offload+memeff"]
     assert signature(model.blocks[0], _call(model, inputs)) == \
         signature(model.blocks[1], _call(model, inputs, 1))
 

@@ -20,7 +20,7 @@ dict write until after the graph, which the op inside that graph would miss).
                                           needs, kernel) -> (grad_x, grad_w, grad_b)
 
 The namespace is not `autosched`: that one holds exported library kernels, which the
-tracer reports as the plan's kernels and selective checkpointing always saves.
+tracer reports as the plan's kernels and selective checkpointing counts as compute-heavy.
 """
 from __future__ import annotations
 
