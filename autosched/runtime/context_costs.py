@@ -16,7 +16,15 @@ group's size, so a plan that puts one action on a whole group is predicted at wh
 measured, and mixed plans add the measured differences. (No torch here: building and
 timing come from the caller, see model_profile.py.)
 
-    layers, keep_s = context_costs(layers, groups, build, measure, rounds)
+Bytes likewise: a layer saved on its own does not save what the model's next layer makes
+it save. Compiled, a selective layer followed by one that joins its region keeps the
+outputs the next layer's input is rebuilt from (a GPT block's last linear), which alone
+it drops: five GPT blocks under selective_narrow were predicted at 6.6 MiB from their
+own bytes and measured 8.4. `bytes_in_context` moves each group's action bytes by what
+the whole model saved under it, as the times are moved.
+
+    layers, keep_s, saved = context_costs(layers, groups, build, measure, rounds, saved_of)
+    profile = bytes_in_context(profile, groups, saved)
 """
 from __future__ import annotations
 
@@ -25,19 +33,23 @@ import statistics
 from functools import partial
 
 from .actions import ACTIONS
+from .prediction import predict
 from .timing import interleaved, spread
 
 KEPT = "keep"
 
 
-def context_costs(layers: list, groups: list[list[int]], build, measure, rounds: int):
-    """(layers with in-context costs, the all-kept step's median seconds).
+def context_costs(layers: list, groups: list[list[int]], build, measure, rounds: int,
+                  saved_of=None):
+    """(layers with in-context costs, the all-kept step's median seconds, the bytes each
+    variant saved: {"keep" or (group, action): bytes}, empty without `saved_of`).
 
     layers: LayerProfiles measured each on its own (their options' bytes are kept; their
     times are replaced); groups: lists of layer indices that share one signature;
     build(actions) -> the model running those actions, one name per layer (compiled,
     for a compiled profile);
-    measure(model) -> one step's seconds; rounds: samples per variant, interleaved.
+    measure(model) -> one step's seconds; rounds: samples per variant, interleaved;
+    saved_of(model) -> one step's saved-activation bytes (measured once per variant).
     Offload actions keep their times: their compute is their base action's (see
     prediction.compute_times) and their transfers are not the compiler's.
     """
@@ -48,6 +60,7 @@ def context_costs(layers: list, groups: list[list[int]], build, measure, rounds:
             if name != KEPT and not ACTIONS[name].offload:
                 variants[g, name] = build([name if i in members else KEPT
                                            for i in range(n)])
+    saved = {key: saved_of(run) for key, run in variants.items()} if saved_of else {}
     samples = interleaved({key: partial(measure, run) for key, run in variants.items()},
                           rounds)
     kept = samples.pop(KEPT)
@@ -61,7 +74,32 @@ def context_costs(layers: list, groups: list[list[int]], build, measure, rounds:
             cost = _with_time(out[i].options[name], out[i].options[KEPT].time_s + delta,
                               confidence)
             out[i] = dataclasses.replace(out[i], options={**out[i].options, name: cost})
-    return out, keep_s
+    return out, keep_s, saved
+
+
+def bytes_in_context(profile, groups: list[list[int]], saved: dict):
+    """`profile` with its bytes moved to what the whole model saved (context_costs'
+    `saved`): the rest by the all-kept model's error, then each group's action bytes by
+    the error of the model with that group under the action, spread over the group's
+    layers (a layer's own bytes stay at least zero)."""
+    if not saved:
+        return profile
+    n = len(profile.layers)
+    kept = saved[KEPT] - predict(profile, [KEPT] * n).saved_bytes
+    profile = dataclasses.replace(profile, rest_bytes=max(0, profile.rest_bytes + kept))
+    layers = list(profile.layers)
+    for key, measured in saved.items():
+        if key == KEPT:
+            continue
+        g, name = key
+        error = measured - predict(profile, [name if i in groups[g] else KEPT
+                                             for i in range(n)]).saved_bytes
+        for i in groups[g]:
+            cost = layers[i].options[name]
+            moved = max(0, cost.internal_bytes + round(error / len(groups[g])))
+            layers[i] = dataclasses.replace(layers[i], options={
+                **layers[i].options, name: dataclasses.replace(cost, internal_bytes=moved)})
+    return dataclasses.replace(profile, layers=layers)
 
 
 def _with_time(cost, total_s: float, spread_s: float):

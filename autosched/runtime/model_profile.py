@@ -44,7 +44,7 @@ from .bandwidth import Bandwidth, host_device_bandwidth
 from .apply_plan import apply_actions
 from .compiled_plans import (INDUCTOR_LAYOUT, LAYOUTS, compile_planned, forget_compiled_variants,
                              joins_selective_regions, partitioner_backend)
-from .context_costs import context_costs
+from .context_costs import bytes_in_context, context_costs
 from .layers import (AUTOMATIC_RULE, CallCapture, containers_spec, fed_by_previous,
                      find_layers, run_once_in_order, tensors_in)
 from .memeff import swappable
@@ -273,26 +273,25 @@ def _profile(model, inputs, loss_fn, found, explicit, actions, allow_offload,
     profiles = _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows,
                                actions, allow_offload, repeats, clock_fn(clock), kernels,
                                backend, layout)
-    profiles, whole_time = _in_context(model, inputs, loss_fn, found, calls, profiles,
-                                       containers, kernels, backend, layout, repeats, clock)
+    profiles, whole_time, groups, saved = _in_context(
+        model, inputs, loss_fn, found, calls, profiles, containers, kernels, backend, layout,
+        repeats, clock)
     keep_time = whole_time if backend is None else statistics.median(measure_step(
         model, inputs, loss_fn, repeats=2 * repeats, clock=clock).times_s)   # eager's
     rest_time = whole_time - sum(p.options["keep"].time_s for p in profiles)
     bw = bandwidth or host_device_bandwidth(device, bandwidth_path, clock=clock)
-    return ModelProfile(profiles, shared_bytes, rest_bytes, frozenset(rest_shared), rest_time,
-                        keep_time, keep_bytes, bw, str(device), containers,
-                        "given" if explicit else AUTOMATIC_RULE,
-                        {kind: k.id for kind, k in kernels.items()},
-                        None if backend is None else str(backend),
-                        backend is not None and joins_selective_regions(backend),
-                        layout)
+    return bytes_in_context(ModelProfile(
+        profiles, shared_bytes, rest_bytes, frozenset(rest_shared), rest_time, keep_time,
+        keep_bytes, bw, str(device), containers, "given" if explicit else AUTOMATIC_RULE,
+        {kind: k.id for kind, k in kernels.items()}, None if backend is None else str(backend),
+        backend is not None and joins_selective_regions(backend), layout), groups, saved)
 
 
 def _in_context(model, inputs, loss_fn, found, calls, profiles, containers, kernels, backend,
                 layout, repeats, clock):
     """The profile's times as the whole model measures them (compiled with `backend` under
-    `layout`, if any), per group of identical layers and action (context_costs.py); and
-    the all-kept step."""
+    `layout`, if any), per group of identical layers and action (context_costs.py); the
+    all-kept step; the groups; and the bytes each variant saved."""
     cores = [p.attention_cores for p in profiles]
     index = {layer.name: i for i, layer in enumerate(found)}
     groups = [[index[layer.name] for layer in members]
@@ -309,7 +308,12 @@ def _in_context(model, inputs, loss_fn, found, calls, profiles, containers, kern
     def measure(run):
         return measure_step(run, inputs, loss_fn, repeats=1, warmup=0,
                             clock=clock).step_time_s
-    return context_costs(profiles, groups, build, measure, rounds=3 * repeats)
+
+    def saved_of(run):
+        return measure_step(run, inputs, loss_fn, repeats=1, warmup=0).saved_bytes
+    layers, keep_s, saved = context_costs(profiles, groups, build, measure, 3 * repeats,
+                                          saved_of)
+    return layers, keep_s, groups, saved
 
 
 def _groups(found, calls) -> dict:

@@ -1,11 +1,11 @@
 """context_costs: a compiled profile's action costs come from the whole compiled model,
-per group of identical layers, exactly as the step differences say."""
+per group of identical layers, exactly as the step differences and saved bytes say."""
 from __future__ import annotations
 
 import pytest
 
 from autosched.runtime.bandwidth import Bandwidth
-from autosched.runtime.context_costs import context_costs
+from autosched.runtime.context_costs import bytes_in_context, context_costs
 from autosched.runtime.model_profile import ActionCost, LayerProfile, ModelProfile
 from autosched.runtime.prediction import predict
 
@@ -45,7 +45,8 @@ def test_costs_are_the_keep_time_plus_the_in_model_difference_per_layer():
         return step_s(actions)
 
     layers = [layer(i, with_offload=True) for i in range(4)]
-    out, keep_s = context_costs(layers, [[0, 1, 2], [3]], build, measure, rounds=3)
+    out, keep_s, saved = context_costs(layers, [[0, 1, 2], [3]], build, measure, rounds=3)
+    assert saved == {}                         # no saved_of: no bytes measured
     assert keep_s == pytest.approx(step_s(["keep"] * 4))
     # one model per group and non-offload action, plus the all-kept one; each timed 3 times
     assert built == [("keep",) * 4,
@@ -65,16 +66,32 @@ def test_costs_are_the_keep_time_plus_the_in_model_difference_per_layer():
         assert lp.options["offload"] == layers[i].options["offload"]
 
 
+# whole-model saved bytes: the rest saves 50 where the all-kept prediction says 0; layers
+# 0-2 under selective save 90 each between them (a join makes each keep more than the 60
+# it keeps alone), recompute 0; layer 3 as alone
+SAVED = {"keep": 100, "selective": 90, "recompute": 0}
+
+
+def saved_of(actions):
+    return 50 + sum(SAVED[a] if i < 3 else layer(3).options[a].internal_bytes
+                    for i, a in enumerate(actions))
+
+
 def test_a_uniform_plan_is_predicted_at_what_the_whole_model_measured():
     layers = [layer(i) for i in range(4)]
-    out, keep_s = context_costs(layers, [[0, 1, 2], [3]], list, step_s, rounds=1)
+    out, keep_s, saved = context_costs(layers, [[0, 1, 2], [3]], list, step_s, rounds=1,
+                                       saved_of=saved_of)
     rest_s = keep_s - sum(lp.options["keep"].time_s for lp in out)
-    profile = ModelProfile(out, {}, 0, frozenset(), rest_s, keep_s, 400,
-                           Bandwidth(1.0, 1.0, False, "test", "t"), "cpu", "blocks", "test",
-                           compiled_with="inductor")
+    profile = bytes_in_context(
+        ModelProfile(out, {}, 0, frozenset(), rest_s, keep_s, 400,
+                     Bandwidth(1.0, 1.0, False, "test", "t"), "cpu", "blocks", "test",
+                     compiled_with="inductor"), [[0, 1, 2], [3]], saved)
+    assert profile.rest_bytes == 50
+    assert [lp.options["selective"].internal_bytes for lp in profile.layers] == [90] * 3 + [60]
     for actions in (["selective"] * 3 + ["keep"], ["recompute"] * 4,
                     ["recompute", "selective", "keep", "selective"]):
         assert predict(profile, actions).step_time_s == pytest.approx(step_s(actions))
+        assert predict(profile, actions).saved_bytes == saved_of(actions)
 
 
 def test_rounds_must_be_positive():
