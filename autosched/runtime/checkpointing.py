@@ -21,8 +21,9 @@ from torch.utils.checkpoint import (CheckpointPolicy, SelectiveCheckpointContext
                                     create_selective_checkpoint_contexts)
 
 from .meter import report_saved
-from .save_rules import data_operand, keeps
-from .trace import AUTOSCHED_NAMESPACE, BATCH_NORMS, COMPUTE_HEAVY, first_tensor, op_name
+from .save_rules import keeps
+from .trace import (AUTOSCHED_NAMESPACE, BATCH_NORMS, COMPUTE_HEAVY, data_operand,
+                    first_tensor, op_name)
 
 
 def _output_numel(ctx, func, args, kwargs) -> int:
@@ -63,7 +64,7 @@ def save_by_rule_decomposed(rule: str, ctx, func, *args, **kwargs):
     return save_by_rule(rule, ctx, func, *args, **kwargs)
 
 
-# the selective policy of the actions before save rules: every compute-heavy output kept
+# the `selective` action's policies: every compute-heavy output kept
 save_compute_heavy = functools.partial(save_by_rule, "all")
 save_compute_heavy_decomposed = functools.partial(save_by_rule_decomposed, "all")
 

@@ -200,6 +200,25 @@ def fed_by_previous(layers: list[Layer], calls: dict, outside) -> list[bool]:
     return out
 
 
+def signature(module, call) -> str:
+    """Layers with equal signatures (structure, parameter and input shapes) time alike."""
+    parts = [(n, type(m).__qualname__, [(k, tuple(p.shape), str(p.dtype))
+                                        for k, p in m.named_parameters(recurse=False)])
+             for n, m in module.named_modules()]
+    parts.append([(tuple(t.shape), str(t.dtype), t.requires_grad)
+                  for t in tensors_in((call.args, call.kwargs))])
+    parts.append(sorted(call.kwargs))
+    return repr(parts)
+
+
+def identical_groups(layers: list[Layer], calls: dict) -> dict:
+    """Layers with the same signature, in model order: {signature: [layer, ...]}."""
+    groups = {}
+    for layer in layers:
+        groups.setdefault(signature(layer.module, calls[layer.name]), []).append(layer)
+    return groups
+
+
 def tensors_in(obj) -> list[torch.Tensor]:
     """The tensors in a (nested) tuple/list/dict, in order."""
     if isinstance(obj, torch.Tensor):

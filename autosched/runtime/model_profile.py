@@ -46,7 +46,7 @@ from .compiled_plans import (INDUCTOR_LAYOUT, LAYOUTS, compile_planned, forget_c
                              joins_selective_regions, partitioner_backend)
 from .context_costs import bytes_in_context, context_costs
 from .layers import (AUTOMATIC_RULE, CallCapture, containers_spec, fed_by_previous,
-                     find_layers, run_once_in_order, tensors_in)
+                     find_layers, identical_groups, run_once_in_order, tensors_in)
 from .memeff import swappable
 from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
 from .planned_layer import PlannedLayer
@@ -160,17 +160,6 @@ def _saved_by(body, call, exclude, shared_ids, out_ids) -> tuple[int, frozenset,
             internal += entry.nbytes
     meter.release()
     return internal, frozenset(shared), meter.host_bytes
-
-
-def signature(module, call) -> str:
-    """Layers with equal signatures (structure, parameter and input shapes) time alike."""
-    parts = [(n, type(m).__qualname__, [(k, tuple(p.shape), str(p.dtype))
-                                        for k, p in m.named_parameters(recurse=False)])
-             for n, m in module.named_modules()]
-    parts.append([(tuple(t.shape), str(t.dtype), t.requires_grad)
-                  for t in tensors_in((call.args, call.kwargs))])
-    parts.append(sorted(call.kwargs))
-    return repr(parts)
 
 
 def applicable_actions(module, trace, allow_offload: bool) -> list[str]:
@@ -295,7 +284,7 @@ def _in_context(model, inputs, loss_fn, found, calls, profiles, containers, kern
     cores = [p.attention_cores for p in profiles]
     index = {layer.name: i for i, layer in enumerate(found)}
     groups = [[index[layer.name] for layer in members]
-              for members in _groups(found, calls).values()]
+              for members in identical_groups(found, calls).values()]
 
     def build(actions):
         if backend is None:
@@ -316,14 +305,6 @@ def _in_context(model, inputs, loss_fn, found, calls, profiles, containers, kern
     return layers, keep_s, groups, saved
 
 
-def _groups(found, calls) -> dict:
-    """Layers with the same signature, in model order: {signature: [layer, ...]}."""
-    groups = {}
-    for layer in found:
-        groups.setdefault(signature(layer.module, calls[layer.name]), []).append(layer)
-    return groups
-
-
 def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows, actions,
                     allow_offload, repeats, now, kernels, backend=None,
                     layout=INDUCTOR_LAYOUT) -> list[LayerProfile]:
@@ -340,7 +321,7 @@ def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows,
                  if actions is None or n in actions]
         info[layer.name] = (trace, names, attention_cores(layer.module, trace))
     saved, times = {}, {}
-    for members in _groups(found, calls).values():
+    for members in identical_groups(found, calls).values():
         names = info[members[0].name][1]
         runners = {}
         for name in names:

@@ -5,9 +5,10 @@ offloading through offload.py (its hooks, and the OffloadSchedule shared by a mo
 offloaded layers).
 
 `compile=True` builds the layer for torch.compile: the memory-efficient forms run as custom
-ops (memeff/ops.py), the selective policy (under the action's save rule) is the one for the
-backend that compiles it (checkpointing.compiled_policy), unreported (the compiler applies it to the graph; the
-saved tensors of the compiled graph reach the meters' hooks themselves),
+ops (memeff/ops.py), the selective policy (under the action's save rule) is the one for
+the backend that compiles it (checkpointing.compiled_policy), unreported (the compiler
+applies it to the graph; the saved tensors of the compiled graph reach the meters' hooks
+themselves),
 and an offloaded layer runs outside the compiled graph (torch.compiler.disable): its
 saved-tensor hooks and copy streams sit at a region boundary the compiler does not trace.
 """

@@ -21,24 +21,12 @@ graph from a flop estimate; a plan makes it per layer from measured step times.
 """
 from __future__ import annotations
 
+from .trace import FUSED_ATTENTION
+
 RULES = ("all", "dense", "narrow")
 
 # products of two activations: attention's scores and weighted sums, fused attention
-BATCHED_PRODUCTS = {
-    "bmm", "baddbmm", "matmul",
-    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
-    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-}
-# ops whose first argument is added to the product, not contracted
-_ADDEND_FIRST = {"addmm", "baddbmm"}
-
-
-def data_operand(name: str, args: tuple):
-    """The tensor an op contracts its weights (or second operand) against."""
-    tensors = [a for a in args if hasattr(a, "shape")]
-    if name in _ADDEND_FIRST and len(tensors) > 1:
-        return tensors[1]
-    return tensors[0] if tensors else None
+BATCHED_PRODUCTS = {"bmm", "baddbmm", "matmul", *FUSED_ATTENTION}
 
 
 def keeps(rule: str, name: str, output_numel: int, operand_numel: int) -> bool:

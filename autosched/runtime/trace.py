@@ -14,25 +14,23 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .save_rules import data_operand
-
 AUTOSCHED_NAMESPACE = "autosched"
 
-# Ops whose outputs are expensive to recompute: selective checkpointing keeps them.
-COMPUTE_HEAVY = {
-    "mm", "addmm", "bmm", "baddbmm", "matmul", "convolution", "_convolution",
+# Fused attention: the product of activations with activations, in one op.
+FUSED_ATTENTION = {
     "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
 }
+# Ops whose outputs are expensive to recompute: selective checkpointing keeps them.
+COMPUTE_HEAVY = {"mm", "addmm", "bmm", "baddbmm", "matmul", "convolution", "_convolution",
+                 *FUSED_ATTENTION}
 # Batch norms in training: statistics reduced over the whole batch, then an elementwise
 # normalisation of an input that is usually a saved convolution output.
 BATCH_NORMS = {
     "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
     "_batch_norm_with_update", "_batch_norm_with_update_functional",
 }
-SOFTMAX_LIKE = {"_softmax", "_safe_softmax", "softmax", "_scaled_dot_product_flash_attention",
-                "_scaled_dot_product_flash_attention_for_cpu",
-                "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"}
+SOFTMAX_LIKE = {"_softmax", "_safe_softmax", "softmax", *FUSED_ATTENTION}
 
 
 def op_name(func) -> tuple[str, str]:
@@ -77,6 +75,18 @@ class _Recorder(TorchDispatchMode):
             self.trace.heavy.append((name, first_tensor(out).numel(),
                                      data_operand(name, args).numel()))
         return out
+
+
+# ops whose first argument is added to the product, not contracted
+_ADDEND_FIRST = {"addmm", "baddbmm"}
+
+
+def data_operand(name: str, args: tuple):
+    """The tensor an op contracts its weights (or second operand) against."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if name in _ADDEND_FIRST and len(tensors) > 1:
+        return tensors[1]
+    return tensors[0] if tensors else None
 
 
 def first_tensor(out) -> torch.Tensor:
