@@ -27,8 +27,8 @@ from .trace import (AUTOSCHED_NAMESPACE, BATCH_NORMS, COMPUTE_HEAVY, data_operan
 
 
 def _output_numel(ctx, func, args, kwargs) -> int:
-    out = getattr(ctx, "op_output", None)
-    if out is None:   # torch before 2.12 asks before the op runs: its shapes, on meta
+    out = ctx.op_output if POLICY_SEES_OUTPUT else None
+    if out is None:   # asked before the op runs (POLICY_SEES_OUTPUT): its shapes, on meta
         out = func(*pytree.tree_map_only(
             torch.Tensor, lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta"), args),
             **kwargs)
