@@ -94,6 +94,24 @@ def test_a_uniform_plan_is_predicted_at_what_the_whole_model_measured():
         assert predict(profile, actions).saved_bytes == saved_of(actions)
 
 
+def test_a_variant_that_saves_less_than_predicted_does_not_lower_the_prediction():
+    # layer 3 under selective saves 20 in the model, not its own 60 (a neighbour kept
+    # what it would have saved): one variant's surplus does not add up across layers
+    def less(actions):
+        return saved_of(actions) - (40 if actions[3] == "selective" else 0)
+
+    layers = [layer(i) for i in range(4)]
+    out, keep_s, saved = context_costs(layers, [[0, 1, 2], [3]], list, step_s, rounds=1,
+                                       saved_of=less)
+    profile = bytes_in_context(
+        ModelProfile(out, {}, 0, frozenset(), 0.0, keep_s, 400,
+                     Bandwidth(1.0, 1.0, False, "test", "t"), "cpu", "blocks", "test",
+                     compiled_with="inductor"), [[0, 1, 2], [3]], saved)
+    assert [lp.options["selective"].internal_bytes for lp in profile.layers] == [90] * 3 + [60]
+    actions = ["keep"] * 3 + ["selective"]
+    assert predict(profile, actions).saved_bytes == less(actions) + 40
+
+
 def test_rounds_must_be_positive():
     with pytest.raises(ValueError, match="rounds must be at least 1"):
         context_costs([layer(0)], [[0]], list, step_s, rounds=0)
