@@ -58,12 +58,12 @@ UNPROVEN_S = 1e-5
 def credited_time(layer, name: str) -> float:
     """Seconds the solver counts for `layer` under `name` (module docstring: no gain over
     keeping that the profile does not separate from noise)."""
-    f, b = compute_times(layer, name)
-    keep = layer.options.get("keep")
-    if keep is None or base_action(name) == "keep" or f + b >= keep.time_s:
-        return f + b
+    t = sum(compute_times(layer, name))
+    keep = layer.options.get("keep")          # a profile restricted to some actions may lack it
+    if keep is None or t >= keep.time_s:
+        return t
     noise = layer.options[base_action(name)].spread_s + keep.spread_s
-    return f + b if keep.time_s - (f + b) > noise else keep.time_s + UNPROVEN_S
+    return t if keep.time_s - t > noise else keep.time_s + UNPROVEN_S
 
 
 class _Model:

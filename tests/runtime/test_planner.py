@@ -1,6 +1,7 @@
 """Cost model (memory accounting, Mist-style overlap) and the MILP, on synthetic profiles."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
@@ -135,8 +136,6 @@ def test_milp_matches_brute_force(seed):
 
 
 def test_a_gain_over_keeping_counts_only_beyond_the_noise():
-    import dataclasses
-
     # selective frees 6 of 10 MB per layer and is timed 2 ms faster than keeping
     layer = {"keep": (0.010, 0.020, 10 * MB, set(), 0),
              "selective": (0.010, 0.018, 4 * MB, set(), 0),

@@ -9,8 +9,7 @@ import torch
 from torch import nn
 
 from autosched.errors import UserError
-from autosched.runtime.layers import find_layers
-from autosched.runtime.layers import signature
+from autosched.runtime.layers import find_layers, signature
 from autosched.runtime.model_profile import profile_model
 from autosched.runtime.training_step import measure_step
 
