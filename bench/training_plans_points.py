@@ -110,11 +110,13 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
     compiled_prof = compiled_profs[0]                 # inductor's own layout
     hybrid = hybrid_actions(compiled_prof)
     cores = [layer.attention_cores for layer in compiled_prof.layers]
+    fused = [layer.fused_attention for layer in compiled_prof.layers]
     print(f"memory-efficient forms for the partitioner: {hybrid}", flush=True)
     for b in HYBRID_BUDGETS if set(hybrid) != {"keep"} else ():  # else: = compile@b
         try:
             run = compile_planned(model, hybrid, kernels, memory_budget=b,
-                                  layers=compiled_prof.containers, attention_cores=cores)
+                                  layers=compiled_prof.containers, attention_cores=cores,
+                                  fused_attention=fused)
             training_step(run, inputs, loss_fn)
         except Exception as e:
             _failed(f"memeff+partitioner@{b:g}", e)

@@ -81,6 +81,8 @@ def verdicts(rows) -> dict:
 SHORT = {"keep": "K", "memeff_ln": "L", "memeff": "M", "recompute_attention": "A",
          "recompute_attention+memeff_ln": "AL", "recompute_attention+memeff": "AM",
          "selective": "S", "selective_dense": "SD", "selective_narrow": "SN",
+         "fused_attention": "F", "selective+fused_attention": "SF",
+         "selective_dense+fused_attention": "SDF", "selective_narrow+fused_attention": "SNF",
          "recompute": "R", "offload": "O", "offload+memeff_ln": "OL", "offload+memeff": "OM"}
 
 

@@ -8,9 +8,11 @@
 | recompute_attention            | attention core keeps only its inputs     | core forward again    |
 | recompute_attention+memeff_ln  | both of the above                        | both                  |
 | recompute_attention+memeff     | attention core inputs, memeff GELU + LN  | both                  |
+| fused_attention                | attention core as one fused op: no probs | probs in its backward |
 | selective                      | outputs of matmul-like ops + layer input | cheap ops again       |
 | selective_dense                | those but attention's batched products   | also those products   |
 | selective_narrow               | those no wider than their data operand   | also wider matmuls    |
+| selective*+fused_attention     | a selective rule's, core fused           | both                  |
 | recompute                      | the layer's inputs only                  | whole forward again   |
 | offload                        | nothing on the device (copies on host)   | transfers not hidden  |
 | offload+memeff_ln              | host copies of the memeff_ln-reduced set | smaller transfers     |
@@ -22,7 +24,8 @@ actions differ in the save rule of save_rules.py; compiled, a selective or recom
 layer after a selective one joins its region and keeps no input, joined_regions.py);
 `recompute_attention`
 checkpoints only the layer's attention-core submodules, as Megatron-LM's selective
-recomputation does; `offload` is offload.py; the memeff forms are memeff/.
+recomputation does; `offload` is offload.py; the memeff forms are memeff/ (the fused
+attention core is memeff/attention.py: offered where the core is that function).
 planned_layer.PlannedLayer carries an action out. This table is plain data (no torch), so
 the predictor and the solver read it without importing torch.
 """
@@ -40,7 +43,8 @@ class Action:
     saves: str = "all"                # selective: the save rule (save_rules.RULES)
 
 
-LN, ALL = ("layer_norm",), ("gelu", "layer_norm")
+LN, ALL, CORE = ("layer_norm",), ("gelu", "layer_norm"), ("attention",)
+FUSED = "fused_attention"
 ACTIONS = {a.name: a for a in (
     Action("keep"),
     Action("memeff_ln", memeff=LN),
@@ -51,6 +55,10 @@ ACTIONS = {a.name: a for a in (
     Action("selective", recompute="selective"),
     Action("selective_dense", recompute="selective", saves="dense"),
     Action("selective_narrow", recompute="selective", saves="narrow"),
+    Action(FUSED, memeff=CORE),
+    Action(f"selective+{FUSED}", memeff=CORE, recompute="selective"),
+    Action(f"selective_dense+{FUSED}", memeff=CORE, recompute="selective", saves="dense"),
+    Action(f"selective_narrow+{FUSED}", memeff=CORE, recompute="selective", saves="narrow"),
     Action("recompute", recompute="full"),
     Action("offload", offload=True),
     Action("offload+memeff_ln", memeff=LN, offload=True),

@@ -44,17 +44,20 @@ def apply(model, plan, kernels: dict | None = None, compile: bool = False,
             raise UserError(f"layer {lp.name}: unknown action {lp.action!r}")
     kernels = {"gelu": TORCH_GELU, "layer_norm": TORCH_LAYER_NORM, **(kernels or {})}
     return apply_actions(model, plan.actions, path, [lp.attention_cores for lp in plan.layers],
-                         kernels, compile=compile, backend=backend)
+                         kernels, compile=compile, backend=backend,
+                         fused_attention=[lp.fused_attention for lp in plan.layers])
 
 
 def apply_actions(model, actions: list[str], layers: str | None = None, attention_cores=None,
                   kernels: dict | None = None, offload_factory=LayerOffload,
-                  compile: bool = False, backend="inductor"):
+                  compile: bool = False, backend="inductor", fused_attention=None):
     """Like apply, from a bare list of action names (the baselines use it).
 
     attention_cores: per layer, the submodule names `recompute_attention` checkpoints
-    (ModelProfile's layers list them); needed when an action uses them. offload_factory
-    makes each offloaded forward's hooks (see planned_layer.PlannedLayer).
+    (ModelProfile's layers list them); needed when an action uses them. fused_attention:
+    per layer, {core name: causal} of the cores the fused_attention actions replace
+    (ModelProfile's layers hold them). offload_factory makes each offloaded forward's
+    hooks (see planned_layer.PlannedLayer).
     """
     found = find_layers(model, layers)
     if len(actions) != len(found):
@@ -65,8 +68,9 @@ def apply_actions(model, actions: list[str], layers: str | None = None, attentio
     if attention_cores is None and "recompute_attention" in " ".join(actions):
         raise ValueError("recompute_attention needs the layers' attention_cores")
     cores = attention_cores or [[] for _ in found]
-    for layer, action, core in zip(find_layers(planned, layers), actions, cores):
+    fused = fused_attention or [{} for _ in found]
+    for layer, action, core, fuse in zip(find_layers(planned, layers), actions, cores, fused):
         replace_submodule(planned, layer.name, PlannedLayer(
             layer.module, ACTIONS[action], layer.index, schedule, core, kernels,
-            offload_factory, compile, backend))
+            offload_factory, compile, backend, fuse))
     return planned

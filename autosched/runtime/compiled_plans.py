@@ -34,6 +34,7 @@ from functools import partial
 
 import torch
 
+from .actions import FUSED
 from .apply_plan import apply, apply_actions
 from .joined_regions import joining_selective_regions
 from .module_tree import clone_structure
@@ -113,7 +114,7 @@ def plan_layout(plan) -> str:
 
 def compile_planned(model, plan_or_actions, kernels: dict | None = None,
                     memory_budget: float = 1.0, backend="inductor", layers=None,
-                    attention_cores=None, layout: str | None = None):
+                    attention_cores=None, layout: str | None = None, fused_attention=None):
     """torch.compile of `model` under a Plan (or a list of action names) applied for
     compilation, partitioned at `memory_budget` (1: the partitioner saves what the plan
     leaves; lower: it also recomputes within that fraction), a selective or recomputed
@@ -121,10 +122,11 @@ def compile_planned(model, plan_or_actions, kernels: dict | None = None,
     compiled profiles and plans assume; a plain torch.compile of apply(..., compile=True)
     keeps it). `backend`: as for partitioner_backend (autosched.torch.backend(DIR) runs
     the plan's operators on tuned kernels). layout: one of LAYOUTS (default: the plan's,
-    for a list of actions inductor's). Parameters are shared."""
+    for a list of actions inductor's); layers, attention_cores and fused_attention: as
+    apply_actions', for a list of actions. Parameters are shared."""
     if isinstance(plan_or_actions, list):
         planned = apply_actions(model, plan_or_actions, layers, attention_cores, kernels,
-                                compile=True, backend=backend)
+                                compile=True, backend=backend, fused_attention=fused_attention)
         layout = layout or INDUCTOR_LAYOUT
     else:
         planned = apply(model, plan_or_actions, kernels, compile=True, backend=backend)
@@ -147,14 +149,15 @@ def joins_selective_regions(backend) -> bool:
 
 
 def hybrid_actions(profile, max_slowdown: float = 0.05) -> list[str]:
-    """Per layer, the memory-efficient form that frees the most and recomputes nothing
-    ("memeff", then "memeff_ln") among those the profile times at most `max_slowdown`
-    over keeping (under a compiled profile an opaque custom op can cost more than the
-    fused code it replaces), else "keep"."""
+    """Per layer, the memory-efficient form that recomputes nothing and saves the least
+    ("memeff", "memeff_ln" or the fused attention core) among those the profile times at
+    most `max_slowdown` over keeping (under a compiled profile an opaque custom op can
+    cost more than the fused code it replaces), else "keep"."""
     out = []
     for layer in profile.layers:
         limit = layer.options["keep"].time_s * (1 + max_slowdown)
-        forms = [n for n in ("memeff", "memeff_ln")
+        forms = [n for n in ("memeff", "memeff_ln", FUSED)
                  if n in layer.options and layer.options[n].time_s <= limit]
-        out.append(forms[0] if forms else "keep")
+        out.append(min(forms, key=lambda n: layer.options[n].internal_bytes)
+                   if forms else "keep")
     return out

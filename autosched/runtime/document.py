@@ -27,6 +27,7 @@ class LayerPlan:
     choices: dict                     # action -> {"time_s", "saved_bytes", "host_bytes"}
     custom_ops: list = field(default_factory=list)
     attention_cores: list = field(default_factory=list)
+    fused_attention: dict = field(default_factory=dict)   # core name -> causal
 
 
 @dataclass

@@ -152,7 +152,8 @@ def build_plan(model, profile, solution, budget: int, spec: str, fp: str, kernel
                        "exposed_transfer_s": exposed[i], "saved_bytes": pred.layer_bytes[i],
                        "internal_bytes": c.internal_bytes, "host_bytes": c.host_bytes},
             choices={n: _choice(profile, layer, n) for n in layer.options},
-            custom_ops=list(layer.custom_ops), attention_cores=list(layer.attention_cores)))
+            custom_ops=list(layer.custom_ops), attention_cores=list(layer.attention_cores),
+            fused_attention=dict(layer.fused_attention)))
     return Plan(
         model={"class": type(model).__name__, "fingerprint": fp,
                "containers": profile.containers, "layer_rule": profile.layer_rule,

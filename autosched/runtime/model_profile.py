@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .actions import ACTIONS, selective_action
+from .actions import ACTIONS, FUSED, selective_action
 from .bandwidth import Bandwidth, host_device_bandwidth
 from .apply_plan import apply_actions
 from .compiled_plans import (INDUCTOR_LAYOUT, LAYOUTS, compile_planned, forget_compiled_variants,
@@ -47,7 +47,7 @@ from .compiled_plans import (INDUCTOR_LAYOUT, LAYOUTS, compile_planned, forget_c
 from .context_costs import bytes_in_context, context_costs
 from .layers import (AUTOMATIC_RULE, CallCapture, containers_spec, fed_by_previous,
                      find_layers, identical_groups, run_once_in_order, tensors_in)
-from .memeff import swappable
+from .memeff import fusable_cores, swappable
 from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
 from .planned_layer import PlannedLayer
 from .save_rules import distinct_rules
@@ -82,6 +82,7 @@ class LayerProfile:
     # its activation inputs are (views of) the previous layer's outputs: its checkpoint
     # region can join the previous one's (joined_regions.py)
     follows_previous: bool = False
+    fused_attention: dict = field(default_factory=dict)   # memeff.fusable_cores
 
 
 @dataclass
@@ -162,15 +163,20 @@ def _saved_by(body, call, exclude, shared_ids, out_ids) -> tuple[int, frozenset,
     return internal, frozenset(shared), meter.host_bytes
 
 
-def applicable_actions(module, trace, allow_offload: bool) -> list[str]:
-    """The actions that mean something for this layer (keep and recompute always do)."""
+def applicable_actions(module, trace, allow_offload: bool, fused: bool = False) -> list[str]:
+    """The actions that mean something for this layer (keep and recompute always do);
+    fused: its attention cores have the fused form (memeff.fusable_cores), alone and
+    under each selective rule."""
     forms = [name for name, kinds in (("memeff_ln", ("layer_norm",)), ("memeff", ("gelu",)))
              if swappable(module, kinds)]  # the memory-efficient forms this layer has
     names = ["keep", "recompute"] + forms
     if attention_cores(module, trace):
         names += ["recompute_attention"] + [f"recompute_attention+{f}" for f in forms]
-    if trace.names() & COMPUTE_HEAVY:
-        names += [selective_action(r) for r in ("all", *distinct_rules(trace.heavy))]
+    selective = [selective_action(r) for r in ("all", *distinct_rules(trace.heavy))] \
+        if trace.names() & COMPUTE_HEAVY else []
+    names += selective
+    if fused:
+        names += [FUSED] + [f"{s}+{FUSED}" for s in selective]
     if allow_offload:
         names += ["offload"] + [f"offload+{f}" for f in forms]
     return names
@@ -282,15 +288,17 @@ def _in_context(model, inputs, loss_fn, found, calls, profiles, containers, kern
     `layout`, if any), per group of identical layers and action (context_costs.py); the
     all-kept step; the groups; and the bytes each variant saved."""
     cores = [p.attention_cores for p in profiles]
+    fused = [p.fused_attention for p in profiles]
     index = {layer.name: i for i, layer in enumerate(found)}
     groups = [[index[layer.name] for layer in members]
               for members in identical_groups(found, calls).values()]
 
     def build(actions):
         if backend is None:
-            return apply_actions(model, actions, containers, cores, kernels)
+            return apply_actions(model, actions, containers, cores, kernels,
+                                 fused_attention=fused)
         run = compile_planned(model, actions, kernels, backend=backend, layers=containers,
-                              attention_cores=cores, layout=layout)
+                              attention_cores=cores, layout=layout, fused_attention=fused)
         training_step(run, inputs, loss_fn)        # compiled now, not while timed
         return run
 
@@ -317,9 +325,11 @@ def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows,
     for layer in found:
         call = calls[layer.name]
         trace = trace_ops(layer.module, call.args, call.kwargs)
-        names = [n for n in applicable_actions(layer.module, trace, allow_offload)
+        cores = attention_cores(layer.module, trace)
+        fused = fusable_cores(layer.module, cores, call.args, call.kwargs) if cores else {}
+        names = [n for n in applicable_actions(layer.module, trace, allow_offload, bool(fused))
                  if actions is None or n in actions]
-        info[layer.name] = (trace, names, attention_cores(layer.module, trace))
+        info[layer.name] = (trace, names, cores, fused)
     saved, times = {}, {}
     for members in identical_groups(found, calls).values():
         names = info[members[0].name][1]
@@ -330,12 +340,14 @@ def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows,
                 first = members[0]
                 timed = torch.compile(PlannedLayer(
                     first.module, ACTIONS[name], first.index, None, info[first.name][2],
-                    kernels, compile=True, backend=backend),
+                    kernels, compile=True, backend=backend,
+                    fused_attention=info[first.name][3]),
                     backend=partitioner_backend(1.0, backend, layout=layout))
             runners[name] = []
             for layer in members:
                 body = PlannedLayer(layer.module, ACTIONS[name], layer.index, None,
-                                    info[layer.name][2], kernels)
+                                    info[layer.name][2], kernels,
+                                    fused_attention=info[layer.name][3])
                 call = calls[layer.name]
                 runners[name].append((body if timed is None else timed, call))
                 _run_once(*runners[name][-1], now=now)          # warm-up (and compile)
@@ -356,12 +368,12 @@ def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows,
                 times[layer.name, name] = stats
     profiles = []
     for i, layer in enumerate(found):
-        trace, names, cores = info[layer.name]
+        trace, names, cores, fused = info[layer.name]
         options = {n: ActionCost(*times[layer.name, n][:2], *saved[layer.name, n],
                                  spread_s=times[layer.name, n][2]) for n in names}
         profiles.append(LayerProfile(layer.name, layer.index, options, trace.custom_ops(),
                                      cores, swappable(layer.module), in_ids[layer.name],
-                                     follows[i]))
+                                     follows[i], fused_attention=fused))
     return profiles
 
 

@@ -21,7 +21,8 @@ from .actions import Action
 from .checkpointing import (compiled_policy, eager_policy, full_checkpoint,
                             selective_checkpoint)
 from .layers import tensors_in
-from .memeff import TORCH_GELU, TORCH_LAYER_NORM, swap_memeff
+from .memeff import TORCH_GELU, TORCH_LAYER_NORM, FusedAttention, swap_memeff
+from .memeff.swap import KINDS as MODULE_KINDS
 from .meter import storage_key
 from .module_tree import clone_structure, replace_submodule
 from .offload import (HostPool, LayerOffload, OffloadSchedule, SideStreams,
@@ -47,13 +48,23 @@ class _Checkpointed(nn.Module):
 
 
 def build_body(module: nn.Module, action: Action, attention_cores=(), kernels=None,
-               compile: bool = False) -> nn.Module:
-    """The module a layer runs under `action` (shares all parameters with `module`)."""
+               compile: bool = False, fused_attention=None) -> nn.Module:
+    """The module a layer runs under `action` (shares all parameters with `module`).
+    fused_attention: {core name: causal} of the cores the fused form replaces
+    (memeff.fusable_cores), needed by the actions that fuse them."""
     kernels = kernels or {}
     body = module
-    if action.memeff:
-        body = swap_memeff(body, action.memeff, kernels.get("gelu", TORCH_GELU),
+    module_kinds = tuple(k for k in action.memeff if k in MODULE_KINDS)
+    if module_kinds:
+        body = swap_memeff(body, module_kinds, kernels.get("gelu", TORCH_GELU),
                            kernels.get("layer_norm", TORCH_LAYER_NORM), ops=compile)
+    if "attention" in action.memeff:
+        if not fused_attention:
+            raise ValueError(f"{action.name}: the layer has no attention core of the fused "
+                             "form's function (fusable_cores found none)")
+        body = clone_structure(body) if body is module else body
+        for name, causal in fused_attention.items():
+            replace_submodule(body, name, FusedAttention(causal))
     if action.recompute == "attention":
         body = clone_structure(body) if body is module else body
         for name in attention_cores:
@@ -66,19 +77,21 @@ class PlannedLayer(nn.Module):
 
     offload_factory makes the saved-tensor hooks of each offloaded forward (LayerOffload's
     signature); a caller may pass a subclass that observes them. compile: build for
-    torch.compile with `backend` (the module docstring).
+    torch.compile with `backend` (the module docstring). fused_attention: as build_body's.
     """
 
     def __init__(self, module: nn.Module, action: Action, index: int,
                  schedule: OffloadSchedule | None = None, attention_cores=(), kernels=None,
-                 offload_factory=LayerOffload, compile: bool = False, backend="inductor"):
+                 offload_factory=LayerOffload, compile: bool = False, backend="inductor",
+                 fused_attention=None):
         super().__init__()
         self.action_name = action.name
         self.index = index
         self.compile = compile
         self._policy = (compiled_policy(backend, action.saves) if compile
                         else eager_policy(action.saves))
-        self.body = build_body(module, action, attention_cores, kernels, compile)
+        self.body = build_body(module, action, attention_cores, kernels, compile,
+                               fused_attention)
         self._action = action
         self._schedule = schedule
         self._pool = schedule.pool if schedule is not None else HostPool()

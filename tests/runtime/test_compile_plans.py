@@ -191,14 +191,19 @@ def test_fastest_within_ignores_what_each_plan_was_made_for():
 def test_hybrid_takes_the_most_freeing_form_within_the_slowdown():
     from types import SimpleNamespace as NS
 
-    def layer(**times):
-        return NS(options={n: NS(time_s=t) for n, t in times.items()})
+    saves = {"keep": 100, "memeff": 60, "memeff_ln": 80, "fused_attention": 70,
+             "recompute": 0}
 
-    profile = NS(layers=[layer(keep=1.0, memeff=1.04, memeff_ln=1.01),
+    def layer(**times):
+        return NS(options={n: NS(time_s=t, internal_bytes=saves[n]) for n, t in times.items()})
+
+    profile = NS(layers=[layer(keep=1.0, memeff=1.04, memeff_ln=1.01, fused_attention=1.0),
+                         layer(keep=1.0, memeff=1.30, memeff_ln=1.02, fused_attention=1.0),
                          layer(keep=1.0, memeff=1.30, memeff_ln=1.02),
-                         layer(keep=1.0, memeff=1.30, memeff_ln=1.20),
+                         layer(keep=1.0, memeff=1.30, memeff_ln=1.20, fused_attention=1.1),
                          layer(keep=1.0, recompute=1.3)])
-    assert hybrid_actions(profile) == ["memeff", "memeff_ln", "keep", "keep"]
+    assert hybrid_actions(profile) == ["memeff", "fused_attention", "memeff_ln", "keep",
+                                       "keep"]
 
 
 def test_memeff_with_partitioner_budget_saves_less_and_keeps_gradients(tiny_gpt, grads,

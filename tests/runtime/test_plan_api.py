@@ -55,9 +55,10 @@ def test_every_action_keeps_gradients(tiny, tiny_profile, grads):
     from autosched.runtime.apply_plan import apply_actions
 
     cores = [layer.attention_cores for layer in tiny_profile.layers]
+    fused = [layer.fused_attention for layer in tiny_profile.layers]
     for action in tiny_profile.layers[0].options:
-        got = grads(model, apply_actions(model, [action, action], "blocks", cores), inputs,
-                    loss_fn)
+        got = grads(model, apply_actions(model, [action, action], "blocks", cores,
+                                         fused_attention=fused), inputs, loss_fn)
         for name, r in ref.items():
             if ACTIONS[action].memeff:
                 assert (got[name] - r).abs().max() <= MEMEFF_REL * r.abs().max(), (action, name)
@@ -71,9 +72,10 @@ def test_every_action_predicted_bytes_equal_measured(tiny, tiny_profile):
     from autosched.runtime.apply_plan import apply_actions
 
     cores = [layer.attention_cores for layer in tiny_profile.layers]
+    fused = [layer.fused_attention for layer in tiny_profile.layers]
     names = list(tiny_profile.layers[0].options)
     for a, b in zip(names, names[1:] + names[:1]):
-        planned = apply_actions(model, [a, b], "blocks", cores)
+        planned = apply_actions(model, [a, b], "blocks", cores, fused_attention=fused)
         measured = measure_step(planned, inputs, loss_fn, repeats=1)
         assert measured.saved_bytes == predict(tiny_profile, [a, b]).saved_bytes, (a, b)
 

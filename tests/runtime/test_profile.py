@@ -109,6 +109,13 @@ def test_rest_and_layers_add_up_to_the_measured_step(tiny_gpt, bw_path):
         "keep", "recompute", "memeff_ln", "memeff", "recompute_attention",
         "recompute_attention+memeff_ln", "recompute_attention+memeff", "selective",
         "selective_dense", "selective_narrow", "offload", "offload+memeff_ln", "offload+memeff"]
+    assert applicable_actions(model.blocks[0], trace_ops(model.blocks[0], call.args,
+                                                         call.kwargs), False, fused=True) == [
+        "keep", "recompute", "memeff_ln", "memeff", "recompute_attention",
+        "recompute_attention+memeff_ln", "recompute_attention+memeff", "selective",
+        "selective_dense", "selective_narrow", "fused_attention", "selective+fused_attention",
+        "selective_dense+fused_attention", "selective_narrow+fused_attention"]
+    assert prof.layers[0].fused_attention == {"attn.core": True}
     assert signature(model.blocks[0], _call(model, inputs)) == \
         signature(model.blocks[1], _call(model, inputs, 1))
 

@@ -1,0 +1,120 @@
+"""The fused form of an attention core: one scaled-dot-product-attention op.
+
+A core written out as softmax(q kᵀ / sqrt(d) [+ causal mask]) v saves, for backward, its
+(batch, heads, seq, seq) probabilities besides q, k and v. The same function as
+torch.nn.functional.scaled_dot_product_attention (the flash kernel on CPUs and recent
+GPUs) saves q, k, v, the output and one log-sum-exp per row, and recomputes the
+probabilities block by block inside its own backward: the quadratic tensor is never
+stored, and the recompute costs no memory traffic. AOTAutograd's partitioner cannot make
+this change (it recomputes ops, it does not replace them), so it is a memory-efficient
+form of the plan space, like memeff GELU / LayerNorm.
+
+A core is replaced only where it is that function: `fused_form` runs the core and the
+fused op, causal and not, on the inputs the core was called with and on random inputs
+of the same shapes, and accepts the variant whose outputs and input gradients equal the
+core's. A core with another scale, another mask, a positional bias or dropout does not
+match and keeps its own form.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+# largest error relative to the reference's magnitude that counts as equal, per dtype
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 2e-2,
+             torch.float16: 4e-3}
+RANDOM_DRAWS = 2
+
+
+class FusedAttention(nn.Module):
+    """softmax(q kᵀ / sqrt(d) [+ causal]) v as one scaled_dot_product_attention op."""
+
+    def __init__(self, causal: bool):
+        super().__init__()
+        self.causal = bool(causal)
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+
+    def extra_repr(self):
+        return f"causal={self.causal}"
+
+
+def fused_form(core: nn.Module, args: tuple, kwargs: dict | None = None) -> bool | None:
+    """Whether `core`, called as core(*args, **kwargs), is the fused op with a causal mask
+    (True) or without (False); None where it is neither (or takes other arguments)."""
+    if kwargs or not _attention_operands(args):
+        return None
+    gen = torch.Generator(device=args[0].device).manual_seed(0)
+    draws = [tuple(a.detach() for a in args)] + [
+        tuple(torch.randn(a.shape, generator=gen, device=a.device, dtype=a.dtype)
+              * a.detach().float().std().clamp_min(1e-3).to(a.dtype) for a in args)
+        for _ in range(RANDOM_DRAWS)]
+    for causal in (True, False):
+        fused = FusedAttention(causal)
+        if all(_same_function(core, fused, d, gen) for d in draws):
+            return causal
+    return None
+
+
+def fusable_cores(module: nn.Module, cores: list[str], args: tuple, kwargs: dict) -> dict:
+    """{core name: causal} for the cores of `module` (attention_cores' names) whose calls,
+    in one run of module(*args, **kwargs), fused_form accepts."""
+    calls, handles = {}, []
+    for name in cores:
+        def capture(_, a, kw, name=name):
+            calls.setdefault(name, (a, kw))
+        handles.append(module.get_submodule(name).register_forward_pre_hook(
+            capture, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            module(*args, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    found = {name: fused_form(module.get_submodule(name), *calls[name])
+             for name in cores if name in calls}
+    return {name: causal for name, causal in found.items() if causal is not None}
+
+
+def _attention_operands(args) -> bool:
+    """q, k, v of matching (..., seq, dim) shapes, of one floating dtype and device."""
+    if len(args) != 3 or not all(isinstance(a, torch.Tensor) for a in args):
+        return False
+    q, k, v = args
+    return (q.dim() >= 3 and q.dim() == k.dim() == v.dim()
+            and q.dtype in TOLERANCE and q.dtype == k.dtype == v.dtype
+            and q.device == k.device == v.device
+            and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
+            and q.shape[-1] == k.shape[-1] and k.shape[-2] == v.shape[-2])
+
+
+def _same_function(core, fused, inputs, gen) -> bool:
+    """Outputs and the gradients of q, k and v equal within the dtype's tolerance."""
+    results = []
+    for fn in (core, fused):
+        leaves = [x.clone().requires_grad_(True) for x in inputs]
+        with torch.enable_grad():
+            out = fn(*leaves)
+        if not isinstance(out, torch.Tensor) or not out.requires_grad:
+            return False
+        results.append((out.detach(), leaves, out))
+    if results[0][0].shape != results[1][0].shape:
+        return False
+    ref = results[0][0]
+    upstream = torch.randn(ref.shape, generator=gen, device=ref.device, dtype=ref.dtype)
+    grads = [torch.autograd.grad(out, leaves, upstream, allow_unused=True)
+             for _, leaves, out in results]
+    if any(g is None for pair in grads for g in pair):
+        return False
+    tol = TOLERANCE[inputs[0].dtype]
+    pairs = [(results[0][0], results[1][0]), *zip(grads[0], grads[1])]
+    return all(_close(ref, got, tol) for ref, got in pairs)
+
+
+def _close(ref, got, tol) -> bool:
+    if ref.shape != got.shape or not torch.isfinite(got).all():
+        return False
+    scale = ref.abs().max().clamp_min(torch.finfo(ref.dtype).tiny)
+    return bool(((ref - got).abs().max() / scale) <= tol)
