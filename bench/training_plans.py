@@ -29,7 +29,8 @@ the same run:
   kernels+partitioner@b  the kernels and AOTAutograd's partitioner at budget b
 * plan*@p, plan+compile*@p  the measured choice (measured_choice.py): at each budget the
                   fastest eager plan that fits it, and the fastest compiled candidate
-                  (plan+compile, memeff+partitioner, plan+kernels or kernels+partitioner)
+                  (plan+compile, memeff+partitioner, plan+kernels, kernels+partitioner,
+                  or compile@b itself: the choice is never slower than the partitioner)
                   that fits it; chosen on the first half of the timing rounds, reported on
                   the second
 

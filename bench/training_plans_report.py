@@ -14,15 +14,18 @@ from autosched.runtime.measured_choice import (
 from autosched.runtime.units import format_bytes
 
 
+# the partitioner alone ("compile") is a compiled plan too, with no action of ours: the
+# choice is never slower than what torch.compile gives within the budget
 COMPILED_CANDIDATES = ("plan+compile", "memeff+partitioner", "plan+kernels",
-                       "kernels+partitioner")
+                       "kernels+partitioner", "compile")
 COMPILED_PLANS = ("plan+compile", "plan+kernels")
 
 
 def consistent_rows(rows) -> list[dict]:
     """The measured choice per budget, as extra rows, made on the first half of the rounds:
     `plan*` the fastest eager plan that fits (pareto_consistent), `plan+compile*` the
-    fastest compiled candidate that fits (our compiled plans and memeff+partitioner)."""
+    fastest compiled candidate that fits (our compiled plans, memeff+partitioner and the
+    partitioner alone; the row's "chosen" names it)."""
     out = []
     fam = [r for r in rows if r["method"] == "plan"]
     picks = pareto_consistent([MeasuredPlan(r["budget_bytes"], r["saved"], r["choice_time_s"])
