@@ -19,6 +19,8 @@ the same run:
                   region), at the default budget; solved again with the limit moved by
                   the compiled graph's measured error (below the budget where it measures
                   over, above where it leaves part unused: fit_by_measurement)
+* plan+compile@c  as plan+compile@p, c in {80, 50, 33, 20}% (--candidate-budgets): only
+                  candidates of the measured choice below, no ratio of their own
 * memeff+partitioner@b  every memory-efficient form (compiled_plans.hybrid_actions) and
                   AOTAutograd's partitioner at budget b over the rest, b in {1 .. 0.1}
 * with --tune-trials N: the model's training-step operators tuned first (`autosched
@@ -65,7 +67,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import model_library
 import provenance
 from runtime_plans import grad_error
-from training_plans_points import build_points, measure
+from training_plans_points import CANDIDATE_BUDGETS, build_points, measure
 from training_plans_report import consistent_rows, plot, report, verdicts
 
 from autosched.errors import UserError
@@ -74,7 +76,7 @@ from autosched.runtime.model_profile import profile_model
 from autosched.runtime.modelfile import load_model_file
 from autosched.runtime.prediction import predict
 from autosched.runtime.training_step import CLOCKS, parameter_grads, training_step
-from autosched.runtime.units import format_bytes
+from autosched.runtime.units import format_bytes, parse_budget
 
 MODELS = {   # examples/<name>.py: make_model(**first), make_inputs(**second)
     "gpt": ({"n_layer": 5, "d_model": 192, "n_head": 4, "seq_len": 96},
@@ -106,7 +108,8 @@ def run_model(name, path: Path, args, kernels, work: Path) -> list[dict]:
           f"{'/'.join(p.layout for p in profiles[1])}) in "
           f"{time.monotonic() - started:.0f} s; eager saves "
           f"{format_bytes(profiles[0].keep_saved_bytes)}", flush=True)
-    points = build_points(model, inputs, loss_fn, profiles, kernels, tuned)
+    points = build_points(model, inputs, loss_fn, profiles, kernels, tuned,
+                          args.candidate_budgets)
     saved, chosen_on, reported = measure(points, inputs, loss_fn, args.rounds, args.steps,
                                          args.clock)
     times = {k: statistics.median(v) for k, v in reported.items()}
@@ -203,12 +206,22 @@ def main(argv=None) -> int:
                                        "libraries (default: a temporary folder); a "
                                        "library exported there by an earlier run is used "
                                        "again")
+    ap.add_argument("--candidate-budgets", default=",".join(CANDIDATE_BUDGETS),
+                    help="compiled plans made only as candidates of the measured choice "
+                         "(comma-separated percentages; '' for none)")
     ap.add_argument("--json", help="write the rows and verdicts here")
     ap.add_argument("--png", help="write the Pareto plot here")
     args = ap.parse_args(argv)
     names = [n for n in args.models.split(",") if n]
     if unknown := [n for n in names if n not in MODELS]:
         print(f"--models: unknown {unknown}; known: {sorted(MODELS)}", file=sys.stderr)
+        return 2
+    args.candidate_budgets = [b for b in args.candidate_budgets.split(",") if b]
+    try:
+        for b in args.candidate_budgets:
+            parse_budget(b, 1)
+    except UserError as e:
+        print(f"--candidate-budgets: {e}", file=sys.stderr)
         return 2
     if problem := model_file_problem(names, args.model_file):
         print(f"--model-file: {problem}", file=sys.stderr)

@@ -25,6 +25,9 @@ from autosched.runtime.units import parse_budget
 
 COMPILE_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.25, 0.1, 0.0)
 PLAN_BUDGETS = ("100%", "60%", "40%", "25%")
+# compiled plans made only as candidates of the measured choice at the budgets above: a
+# plan for a smaller budget that runs faster is the better choice there too
+CANDIDATE_BUDGETS = ("80%", "50%", "33%", "20%")
 HYBRID_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.25, 0.1)
 
 
@@ -74,9 +77,11 @@ def compiled_plan(model, inputs, loss_fn, profile, budget, kernels, built: dict,
     return fit.plan, fit.runnable, fit.limit_bytes
 
 
-def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
+def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None,
+                 candidate_budgets=CANDIDATE_BUDGETS):
     """{name: (module, info)} for every point of one model; profiles: (eager, compiled,
-    and with `tuned`, an autosched.torch.backend, compiled on its kernels)."""
+    and with `tuned`, an autosched.torch.backend, compiled on its kernels);
+    candidate_budgets: compiled plans built only as candidates (info "candidate")."""
     points = _Points()
     points["eager"] = (model, {"method": "eager"})
     for b in COMPILE_BUDGETS:
@@ -107,6 +112,16 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None):
             points[f"plan+kernels@{spec}"] = (run, {"method": "plan+kernels",
                                                     "limit_bytes": limit,
                                                     **_info(p, spec, budget)})
+    for spec in candidate_budgets:
+        budget = parse_budget(spec, eager_prof.keep_saved_bytes)
+        try:
+            p, run, limit = compiled_plan(model, inputs, loss_fn, compiled_profs, budget,
+                                          kernels, built)
+        except Exception as e:
+            _failed(f"plan+compile@{spec}", e)
+            continue
+        points[f"plan+compile@{spec}"] = (run, {"method": "plan+compile", "limit_bytes": limit,
+                                                "candidate": True, **_info(p, spec, budget)})
     compiled_prof = compiled_profs[0]                 # inductor's own layout
     hybrid = hybrid_actions(compiled_prof)
     cores = [layer.attention_cores for layer in compiled_prof.layers]

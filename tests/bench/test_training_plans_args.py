@@ -29,7 +29,8 @@ def test_bad_model_file_arguments_exit_2_with_one_line(tmp_path, capsys):
              (["--models", "", "--model-file", str(one), "--model-file", str(other)],
               "two models named 'net'"),
              (["--model-file", str(mlp)], "two models named 'mlp'"),
-             (["--models", ""], "no model to run")]
+             (["--models", ""], "no model to run"),
+             (["--candidate-budgets", "50%,half"], "--candidate-budgets: memory budget 'half'")]
     for argv, message in cases:
         assert training_plans.main(argv) == 2
         err = capsys.readouterr().err.strip()

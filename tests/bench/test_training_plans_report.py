@@ -18,10 +18,10 @@ def _row(point, method, saved, time_s, **extra):
             **extra}
 
 
-def _plan(budget, budget_bytes, saved, time_s):
+def _plan(budget, budget_bytes, saved, time_s, **extra):
     return _row(f"plan+compile@{budget}", "plan+compile", saved, time_s, budget=budget,
                 budget_bytes=budget_bytes, actions=["keep"], fits=saved <= budget_bytes,
-                pred_err=0.0, pred_err_drift_corrected=0.0)
+                pred_err=0.0, pred_err_drift_corrected=0.0, **extra)
 
 
 def test_the_choice_is_the_fastest_fitting_candidate_the_partitioner_alone_included():
@@ -38,3 +38,11 @@ def test_the_choice_is_the_fastest_fitting_candidate_the_partitioner_alone_inclu
         "ratio_vs_best_compile_at_equal_or_lower_saved"]
     assert ratios["100%"] == 1.0
     assert ratios["50%"] == 1.05 / 1.40      # its peer: the best point saving <= 35
+
+
+def test_a_candidate_plan_is_chosen_where_it_is_faster_but_gets_no_choice_of_its_own():
+    rows = [_row("compile@1", "compile", 100, 1.00, budget=1.0),
+            _plan("60%", 60, 60, 1.10),
+            _plan("50%", 50, 45, 1.04, candidate=True)]
+    chosen = consistent_rows(rows)
+    assert [(r["budget"], r["chosen"]) for r in chosen] == [("60%", "plan+compile@50%")]
