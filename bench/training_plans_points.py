@@ -98,14 +98,9 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None,
                                       {"method": "plan", **_info(p, spec, budget)})
         except Exception as e:    # one point's failure is reported; the others still run
             _failed(f"plan@{spec}", e)
-        try:
-            p, run, limit = compiled_plan(model, inputs, loss_fn, compiled_profs, budget,
-                                          kernels, built)
-        except Exception as e:
-            _failed(f"plan+compile@{spec}", e)
+        if not _compiled_point(points, model, inputs, loss_fn, compiled_profs, spec, budget,
+                               kernels, built):
             continue
-        points[f"plan+compile@{spec}"] = (run, {"method": "plan+compile", "limit_bytes": limit,
-                                                **_info(p, spec, budget)})
         if tuned is not None:
             p, run, limit = compiled_plan(model, inputs, loss_fn, tuned_profs[0], budget,
                                           kernels, built_on_kernels, tuned)
@@ -113,15 +108,9 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None,
                                                     "limit_bytes": limit,
                                                     **_info(p, spec, budget)})
     for spec in candidate_budgets:
-        budget = parse_budget(spec, eager_prof.keep_saved_bytes)
-        try:
-            p, run, limit = compiled_plan(model, inputs, loss_fn, compiled_profs, budget,
-                                          kernels, built)
-        except Exception as e:
-            _failed(f"plan+compile@{spec}", e)
-            continue
-        points[f"plan+compile@{spec}"] = (run, {"method": "plan+compile", "limit_bytes": limit,
-                                                "candidate": True, **_info(p, spec, budget)})
+        _compiled_point(points, model, inputs, loss_fn, compiled_profs, spec,
+                        parse_budget(spec, eager_prof.keep_saved_bytes), kernels, built,
+                        candidate=True)
     compiled_prof = compiled_profs[0]                 # inductor's own layout
     hybrid = hybrid_actions(compiled_prof)
     cores = [layer.attention_cores for layer in compiled_prof.layers]
@@ -144,6 +133,20 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None,
         points[f"kernels+partitioner@{b:g}"] = (run, {"method": "kernels+partitioner",
                                                       "budget": b})
     return points
+
+
+def _compiled_point(points, model, inputs, loss_fn, profiles, spec, budget, kernels, built,
+                    **extra) -> bool:
+    """Add point plan+compile@spec (its info with `extra`); False, said why, where no
+    plan could be made."""
+    try:
+        p, run, limit = compiled_plan(model, inputs, loss_fn, profiles, budget, kernels, built)
+    except Exception as e:
+        _failed(f"plan+compile@{spec}", e)
+        return False
+    points[f"plan+compile@{spec}"] = (run, {"method": "plan+compile", "limit_bytes": limit,
+                                            **extra, **_info(p, spec, budget)})
+    return True
 
 
 def _on_device(profile):
