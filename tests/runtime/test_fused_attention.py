@@ -141,3 +141,25 @@ def test_a_fusing_action_without_a_fusable_core_is_refused(gpt):
     block = gpt.make_model(n_layer=1, d_model=32, n_head=2, seq_len=16).blocks[0]
     with pytest.raises(ValueError, match="no attention core of the fused form"):
         build_body(block, ACTIONS[FUSED], ["attn.core"], fused_attention={})
+
+
+def test_a_core_is_fused_only_if_every_call_of_it_is_the_fused_function():
+    class MaskableCore(nn.Module):
+        def forward(self, q, k, v, bias=None):
+            scores = _scores(q, k) if bias is None else _scores(q, k) + bias
+            return torch.softmax(scores, dim=-1) @ v
+
+    class Block(nn.Module):           # calls its core plain, then with a bias
+        def __init__(self, biased: bool):
+            super().__init__()
+            self.core, self.biased = MaskableCore(), biased
+
+        def forward(self, q, k, v):
+            out = self.core(q, k, v)
+            if self.biased:
+                out = out + self.core(q, k, v, bias=torch.ones(q.size(-2), k.size(-2)).tril())
+            return out
+
+    qkv = _qkv()
+    assert fusable_cores(Block(biased=False), ["core"], qkv, {}) == {"core": False}
+    assert fusable_cores(Block(biased=True), ["core"], qkv, {}) == {}

@@ -59,12 +59,12 @@ def fused_form(core: nn.Module, args: tuple, kwargs: dict | None = None) -> bool
 
 
 def fusable_cores(module: nn.Module, cores: list[str], args: tuple, kwargs: dict) -> dict:
-    """{core name: causal} for the cores of `module` (attention_cores' names) whose calls,
-    in one run of module(*args, **kwargs), fused_form accepts."""
+    """{core name: causal} for the cores of `module` (attention_cores' names) whose every
+    call, in one run of module(*args, **kwargs), fused_form accepts alike."""
     calls, handles = {}, []
     for name in cores:
         def capture(_, a, kw, name=name):
-            calls.setdefault(name, (a, kw))
+            calls.setdefault(name, []).append((a, kw))
         handles.append(module.get_submodule(name).register_forward_pre_hook(
             capture, with_kwargs=True))
     try:
@@ -73,9 +73,12 @@ def fusable_cores(module: nn.Module, cores: list[str], args: tuple, kwargs: dict
     finally:
         for h in handles:
             h.remove()
-    found = {name: fused_form(module.get_submodule(name), *calls[name])
-             for name in cores if name in calls}
-    return {name: causal for name, causal in found.items() if causal is not None}
+    found = {}
+    for name, seen in calls.items():
+        forms = {fused_form(module.get_submodule(name), *call) for call in seen}
+        if len(forms) == 1 and None not in forms:
+            found[name] = forms.pop()
+    return found
 
 
 def _attention_operands(args) -> bool:
