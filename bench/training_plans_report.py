@@ -26,7 +26,8 @@ def consistent_rows(rows) -> list[dict]:
     `plan*` the fastest eager plan that fits (pareto_consistent), `plan+compile*` the
     fastest compiled candidate that fits (our compiled plans, those made only as
     candidates among them, memeff+partitioner and the partitioner alone; the row's
-    "chosen" names it), per budget of a plan+compile point that is not a candidate."""
+    "chosen" names it), per budget of the plan points (not the candidates'), also where
+    the compiled plan for that budget could not be made."""
     out = []
     fam = [r for r in rows if r["method"] == "plan"]
     picks = pareto_consistent([MeasuredPlan(r["budget_bytes"], r["saved"], r["choice_time_s"])
@@ -34,7 +35,11 @@ def consistent_rows(rows) -> list[dict]:
     out += [_chosen(fam[i], r, "plan*") for r, i in zip(fam, picks) if i is not None]
     cands = [r for r in rows if r["method"] in COMPILED_CANDIDATES]
     measured = [MeasuredPlan(0, r["saved"], r["choice_time_s"]) for r in cands]
-    for r in (r for r in rows if r["method"] == "plan+compile" and not r.get("candidate")):
+    budgets = {}
+    for r in rows:
+        if r["method"] in ("plan", "plan+compile") and not r.get("candidate"):
+            budgets.setdefault(r["budget"], r)
+    for r in budgets.values():
         i = fastest_within(measured, r["budget_bytes"])
         if i is not None:
             out.append(_chosen(cands[i], r, "plan+compile*"))

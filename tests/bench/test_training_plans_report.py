@@ -46,3 +46,13 @@ def test_a_candidate_plan_is_chosen_where_it_is_faster_but_gets_no_choice_of_its
             _plan("50%", 50, 45, 1.04, candidate=True)]
     chosen = consistent_rows(rows)
     assert [(r["budget"], r["chosen"]) for r in chosen] == [("60%", "plan+compile@50%")]
+
+
+def test_a_budget_whose_compiled_plan_failed_still_gets_a_compiled_choice():
+    eager = _plan("60%", 60, 58, 1.30)
+    eager.update(point="plan@60%", method="plan")
+    rows = [_row("compile@1", "compile", 100, 1.00, budget=1.0),
+            _row("compile@0.4", "compile", 40, 1.20, budget=0.4), eager,
+            _plan("50%", 50, 45, 1.04, candidate=True)]
+    compiled = [r for r in consistent_rows(rows) if r["method"] == "plan+compile*"]
+    assert [(r["budget"], r["chosen"]) for r in compiled] == [("60%", "plan+compile@50%")]
