@@ -65,14 +65,18 @@ def fit_by_measurement(solve, build, measure, budget_bytes: int, attempts: int =
     see, or drops one a layer alone had to keep), so each attempt moves the limit by the
     measured error: down by the excess where the plan measured over the budget, up by the
     slack where it measured under it (a plan for the higher limit may use the memory the
-    prediction overcounted), never to a limit whose plan measured over. A plan already
+    prediction overcounted), never to a limit whose plan measured over. Where plans keep
+    measuring over, each steps further: the second by twice its excess, the third by four
+    times (a compiled plan's excess need not shrink as its limit does: lowered by each
+    excess alone, a ResNet shape's plans for a 5.43 MiB budget still saved 5.50 MiB at
+    the third attempt). A plan already
     built (same `key`) is not built again: the search stops there, as it does after
     `attempts` builds or where a raised limit's plan does not fit. Returns the fitting
     plan solved for the highest limit, else the last one built (over its budget: the
     caller reports it).
     """
     limit, best, last, seen = int(budget_bytes), None, None, set()
-    ceiling = None                         # the lowest limit whose plan measured over
+    ceiling, overs = None, 0               # the lowest limit whose plan measured over
     for _ in range(attempts):
         plan = solve(limit)
         if key(plan) in seen:
@@ -84,7 +88,8 @@ def fit_by_measurement(solve, build, measure, budget_bytes: int, attempts: int =
             if best is not None:           # the raised limit overshot: keep what fitted
                 break
             ceiling = limit
-            limit -= last.saved_bytes - budget_bytes
+            limit -= (last.saved_bytes - budget_bytes) * 2 ** overs
+            overs += 1
             continue
         best = last
         limit += budget_bytes - last.saved_bytes

@@ -70,8 +70,18 @@ def test_the_same_plan_is_built_once():
 
 
 def test_no_fitting_plan_returns_the_last_over_budget_after_the_attempts():
-    p = Planner({"a": 100, "b": 94, "c": 91, "d": 50},
+    p = Planner({"a": 100, "b": 94, "c": 88, "d": 50},
                 {"a": 106, "b": 103, "c": 101, "d": 60})
     fit = p.fit(100, attempts=3)
-    assert p.built == ["a", "b", "c"] and p.limits == [100, 94, 91]
-    assert (fit.runnable, fit.saved_bytes, fit.limit_bytes) == ("c", 101, 91)
+    assert p.built == ["a", "b", "c"] and p.limits == [100, 94, 88]
+    assert (fit.runnable, fit.saved_bytes, fit.limit_bytes) == ("c", 101, 88)
+
+
+def test_plans_that_keep_measuring_over_step_the_limit_down_further_each_time():
+    # lowered by each excess alone the limits would be 100, 90, 86: "c", over again;
+    # the second excess (4) counts twice, so the third limit is 82 and "d" fits
+    p = Planner({"a": 100, "b": 90, "c": 86, "d": 82},
+                {"a": 110, "b": 104, "c": 101, "d": 95})
+    fit = p.fit(100, attempts=3)
+    assert p.limits == [100, 90, 82] and p.built == ["a", "b", "d"]
+    assert (fit.runnable, fit.saved_bytes, fit.limit_bytes) == ("d", 95, 82)
