@@ -95,25 +95,25 @@ def _attention_operands(args) -> bool:
 
 def _same_function(core, fused, inputs, gen) -> bool:
     """Outputs and the gradients of q, k and v equal within the dtype's tolerance."""
-    results = []
+    runs = []
     for fn in (core, fused):
         leaves = [x.clone().requires_grad_(True) for x in inputs]
         with torch.enable_grad():
             out = fn(*leaves)
         if not isinstance(out, torch.Tensor) or not out.requires_grad:
             return False
-        results.append((out.detach(), leaves, out))
-    if results[0][0].shape != results[1][0].shape:
+        runs.append((out, leaves))
+    (ref, ref_leaves), (got, got_leaves) = runs
+    if ref.shape != got.shape:
         return False
-    ref = results[0][0]
     upstream = torch.randn(ref.shape, generator=gen, device=ref.device, dtype=ref.dtype)
-    grads = [torch.autograd.grad(out, leaves, upstream, allow_unused=True)
-             for _, leaves, out in results]
-    if any(g is None for pair in grads for g in pair):
+    ref_grads = torch.autograd.grad(ref, ref_leaves, upstream, allow_unused=True)
+    got_grads = torch.autograd.grad(got, got_leaves, upstream, allow_unused=True)
+    if any(g is None for g in (*ref_grads, *got_grads)):
         return False
     tol = TOLERANCE[inputs[0].dtype]
-    pairs = [(results[0][0], results[1][0]), *zip(grads[0], grads[1])]
-    return all(_close(ref, got, tol) for ref, got in pairs)
+    pairs = [(ref.detach(), got.detach()), *zip(ref_grads, got_grads)]
+    return all(_close(r, g, tol) for r, g in pairs)
 
 
 def _close(ref, got, tol) -> bool:
