@@ -48,12 +48,14 @@ def test_costs_are_the_keep_time_plus_the_in_model_difference_per_layer():
     out, keep_s, saved = context_costs(layers, [[0, 1, 2], [3]], build, measure, rounds=3)
     assert saved == {}                         # no saved_of: no bytes measured
     assert keep_s == pytest.approx(step_s(["keep"] * 4))
-    # one model per group and non-offload action, plus the all-kept one; each timed 3 times
+    # one model per group and non-offload action, plus the all-kept one, plus one per
+    # action both groups have with it on both; each timed 3 times
     assert built == [("keep",) * 4,
                      ("selective",) * 3 + ("keep",), ("recompute",) * 3 + ("keep",),
-                     ("keep",) * 3 + ("selective",), ("keep",) * 3 + ("recompute",)]
-    assert len(measured) == 5 * 3 and measured[:2] == [built[0], built[1]]
-    assert measured[5:7] == [built[1], built[2]]     # the second round starts one later
+                     ("keep",) * 3 + ("selective",), ("keep",) * 3 + ("recompute",),
+                     ("selective",) * 4, ("recompute",) * 4]
+    assert len(measured) == 7 * 3 and measured[:2] == [built[0], built[1]]
+    assert measured[7:9] == [built[1], built[2]]     # the second round starts one later
     for i, lp in enumerate(out):
         own = PER_LAYER[0 if i < 3 else 3]
         for name in ("selective", "recompute"):
@@ -110,6 +112,37 @@ def test_a_variant_that_saves_less_than_predicted_does_not_lower_the_prediction(
     assert [lp.options["selective"].internal_bytes for lp in profile.layers] == [90] * 3 + [60]
     actions = ["keep"] * 3 + ["selective"]
     assert predict(profile, actions).saved_bytes == less(actions) + 40
+
+
+def test_what_the_groups_differences_miss_of_an_action_everywhere_is_spread_over_its_layers():
+    # under selective, each layer next to another selective one runs 0.003 s slower than
+    # beside kept ones (two neighbours: 0.003 more for the pair); recompute adds up
+    def joined(actions):
+        pairs = sum(1 for a, b in zip(actions, actions[1:]) if a == b == "selective")
+        return step_s(actions) + 0.003 * pairs
+
+    layers = [layer(i) for i in range(4)]
+    out, keep_s, _ = context_costs(layers, [[0, 1, 2], [3]], list, joined, rounds=1)
+    profile = ModelProfile(out, {}, 0, frozenset(), keep_s - sum(
+        lp.options["keep"].time_s for lp in out), keep_s, 400,
+        Bandwidth(1.0, 1.0, False, "test", "t"), "cpu", "blocks", "test",
+        compiled_with="inductor")
+    for actions in (["selective"] * 4, ["recompute"] * 4, ["keep"] * 4,
+                    ["recompute"] * 3 + ["keep"]):
+        assert predict(profile, actions).step_time_s == pytest.approx(joined(actions))
+    # the group of three alone measured two pairs (0.006); everywhere adds the third
+    # pair's 0.003, a quarter of it on each layer
+    assert out[3].options["selective"].time_s == pytest.approx(
+        .030 + PER_LAYER[3]["selective"] - PER_LAYER[3]["keep"] + .003 / 4)
+    assert out[0].options["selective"].time_s == pytest.approx(
+        .030 + PER_LAYER[0]["selective"] - PER_LAYER[0]["keep"] + .006 / 3 + .003 / 4)
+
+
+def test_one_group_is_not_timed_again_as_everywhere():
+    built = []
+    context_costs([layer(i) for i in range(3)], [[0, 1, 2]],
+                  lambda a: built.append(tuple(a)) or tuple(a), step_s, rounds=1)
+    assert built == [("keep",) * 3, ("selective",) * 3, ("recompute",) * 3]
 
 
 def test_rounds_must_be_positive():
