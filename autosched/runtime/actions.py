@@ -41,9 +41,16 @@ class Action:
     recompute: str | None = None      # None, "full", "selective" or "attention"
     offload: bool = False
     saves: str = "all"                # selective: the save rule (save_rules.RULES)
+    fused_core: bool = False          # attention cores run as one fused op
+
+    @property
+    def reforms(self) -> bool:
+        """Whether the layer runs another program of the same function (memory-efficient
+        or fused forms): its gradients equal eager's to the forms' tolerance, not exactly."""
+        return bool(self.memeff) or self.fused_core
 
 
-LN, ALL, CORE = ("layer_norm",), ("gelu", "layer_norm"), ("attention",)
+LN, ALL = ("layer_norm",), ("gelu", "layer_norm")
 FUSED = "fused_attention"
 ACTIONS = {a.name: a for a in (
     Action("keep"),
@@ -55,10 +62,10 @@ ACTIONS = {a.name: a for a in (
     Action("selective", recompute="selective"),
     Action("selective_dense", recompute="selective", saves="dense"),
     Action("selective_narrow", recompute="selective", saves="narrow"),
-    Action(FUSED, memeff=CORE),
-    Action(f"selective+{FUSED}", memeff=CORE, recompute="selective"),
-    Action(f"selective_dense+{FUSED}", memeff=CORE, recompute="selective", saves="dense"),
-    Action(f"selective_narrow+{FUSED}", memeff=CORE, recompute="selective", saves="narrow"),
+    Action(FUSED, fused_core=True),
+    Action(f"selective+{FUSED}", fused_core=True, recompute="selective"),
+    Action(f"selective_dense+{FUSED}", fused_core=True, recompute="selective", saves="dense"),
+    Action(f"selective_narrow+{FUSED}", fused_core=True, recompute="selective", saves="narrow"),
     Action("recompute", recompute="full"),
     Action("offload", offload=True),
     Action("offload+memeff_ln", memeff=LN, offload=True),

@@ -22,7 +22,6 @@ from .checkpointing import (compiled_policy, eager_policy, full_checkpoint,
                             selective_checkpoint)
 from .layers import tensors_in
 from .memeff import TORCH_GELU, TORCH_LAYER_NORM, FusedAttention, swap_memeff
-from .memeff.swap import KINDS as MODULE_KINDS
 from .meter import storage_key
 from .module_tree import clone_structure, replace_submodule
 from .offload import (HostPool, LayerOffload, OffloadSchedule, SideStreams,
@@ -54,11 +53,10 @@ def build_body(module: nn.Module, action: Action, attention_cores=(), kernels=No
     (memeff.fusable_cores), needed by the actions that fuse them."""
     kernels = kernels or {}
     body = module
-    module_kinds = tuple(k for k in action.memeff if k in MODULE_KINDS)
-    if module_kinds:
-        body = swap_memeff(body, module_kinds, kernels.get("gelu", TORCH_GELU),
+    if action.memeff:
+        body = swap_memeff(body, action.memeff, kernels.get("gelu", TORCH_GELU),
                            kernels.get("layer_norm", TORCH_LAYER_NORM), ops=compile)
-    if "attention" in action.memeff:
+    if action.fused_core:
         if not fused_attention:
             raise ValueError(f"{action.name}: the layer has no attention core of the fused "
                              "form's function (fusable_cores found none)")

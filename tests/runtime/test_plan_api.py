@@ -41,7 +41,7 @@ def test_budget_met_bytes_exact_and_gradients(spec, tiny, tiny_profile, grads):
     assert measured.saved_bytes == plan.predicted["saved_bytes"]
     assert measured.host_bytes == plan.predicted["host_bytes"]
     ref, got = grads(model, model, inputs, loss_fn), grads(model, planned, inputs, loss_fn)
-    memeff_used = any(ACTIONS[a].memeff for a in plan.actions)
+    memeff_used = any(ACTIONS[a].reforms for a in plan.actions)
     for name, r in ref.items():
         if memeff_used:
             assert (got[name] - r).abs().max() <= MEMEFF_REL * r.abs().max(), name
@@ -60,7 +60,7 @@ def test_every_action_keeps_gradients(tiny, tiny_profile, grads):
         got = grads(model, apply_actions(model, [action, action], "blocks", cores,
                                          fused_attention=fused), inputs, loss_fn)
         for name, r in ref.items():
-            if ACTIONS[action].memeff:
+            if ACTIONS[action].reforms:
                 assert (got[name] - r).abs().max() <= MEMEFF_REL * r.abs().max(), (action, name)
             else:
                 torch.testing.assert_close(got[name], r, msg=f"{action} {name}")
