@@ -15,11 +15,18 @@ per layer of the group is the layer's own keep time plus the step difference ove
 group's size, so a plan that puts one action on a whole group is predicted at what was
 measured, and mixed plans add the measured differences. Where several groups have an
 action, the model with all of them under it is timed too, and what the groups' differences
-miss of it is spread over those layers: a plan that puts the action everywhere is then
-predicted at what was measured. Summed, the groups' differences carry the all-kept
-median's error once per group; a compiled U-Net (five groups of one layer) under
-selective everywhere was predicted 1.2 ms over its kept step and measured 5.6 over it.
-(No torch here: building and timing come from the caller, see model_profile.py.)
+miss of it is spread over those layers, raising them (summed, the groups' differences
+carry the all-kept median's error once per group: a compiled U-Net of five one-layer
+groups under selective everywhere was predicted 1.2 ms over its kept step and measured
+5.6 over it). Never lowering them: a model can pay once for any layer under an action.
+In that compiled U-Net a recomputed convolution anywhere costs about 9 ms (each layer
+alone under recompute or selective_narrow +8 to +11 ms, two layers together +9.7 to
++12.6, recompute everywhere +18.8); spread, the everywhere variant's 37 ms below the sum
+priced a plan with one recomputed layer (and two selective ones) at 2.4 ms over its kept
+step, and it measured 24% over its prediction. Priced each at what it costs alone, a plan that recomputes many layers is
+predicted over what it measures: memory that a faster plan could have used, where a
+prediction under it promises a step the plan does not run. (No torch here: building and
+timing come from the caller, see model_profile.py.)
 
 Bytes likewise: a layer saved on its own does not save what the model's next layer makes
 it save. Compiled, a selective layer followed by one that joins its region keeps the
@@ -88,6 +95,8 @@ def context_costs(layers: list, groups: list[list[int]], build, measure, rounds:
         summed = keep_s + sum(out[i].options[name].time_s - out[i].options[KEPT].time_s
                               for i in where)
         missed = (statistics.median(steps) - summed) / len(where)
+        if missed <= 0:
+            continue
         for i in where:
             cost = out[i].options[name]
             out[i] = _with_option(out[i], name, _with_time(

@@ -114,7 +114,7 @@ def test_a_variant_that_saves_less_than_predicted_does_not_lower_the_prediction(
     assert predict(profile, actions).saved_bytes == less(actions) + 40
 
 
-def test_what_the_groups_differences_miss_of_an_action_everywhere_is_spread_over_its_layers():
+def test_what_the_groups_differences_miss_of_an_action_everywhere_raises_its_layers():
     # under selective, each layer next to another selective one runs 0.003 s slower than
     # beside kept ones (two neighbours: 0.003 more for the pair); recompute adds up
     def joined(actions):
@@ -136,6 +136,20 @@ def test_what_the_groups_differences_miss_of_an_action_everywhere_is_spread_over
         .030 + PER_LAYER[3]["selective"] - PER_LAYER[3]["keep"] + .003 / 4)
     assert out[0].options["selective"].time_s == pytest.approx(
         .030 + PER_LAYER[0]["selective"] - PER_LAYER[0]["keep"] + .006 / 3 + .003 / 4)
+
+
+def test_an_action_that_costs_once_for_any_layer_keeps_each_layers_own_difference():
+    # recompute anywhere costs 0.009 once (a compiler's choice for the whole graph), so
+    # everywhere measures less than the groups' differences add up to
+    def once(actions):
+        return step_s(actions) + (0.009 if "recompute" in actions else 0)
+
+    layers = [layer(i) for i in range(4)]
+    out, _, _ = context_costs(layers, [[0, 1, 2], [3]], list, once, rounds=1)
+    assert out[3].options["recompute"].time_s == pytest.approx(
+        .030 + PER_LAYER[3]["recompute"] - PER_LAYER[3]["keep"] + .009)
+    assert out[0].options["recompute"].time_s == pytest.approx(
+        .030 + PER_LAYER[0]["recompute"] - PER_LAYER[0]["keep"] + .009 / 3)
 
 
 def test_one_group_is_not_timed_again_as_everywhere():
