@@ -20,13 +20,13 @@ carry the all-kept median's error once per group: a compiled U-Net of five one-l
 groups under selective everywhere was predicted 1.2 ms over its kept step and measured
 5.6 over it). Never lowering them: a model can pay once for any layer under an action.
 In that compiled U-Net a recomputed convolution anywhere costs about 9 ms (each layer
-alone under recompute or selective_narrow +8 to +11 ms, two layers together +9.7 to
+alone under recompute or selective_narrow +8 to +13 ms, two layers together +9.7 to
 +12.6, recompute everywhere +18.8); spread, the everywhere variant's 37 ms below the sum
 priced a plan with one recomputed layer (and two selective ones) at 2.4 ms over its kept
-step, and it measured 24% over its prediction. Priced each at what it costs alone, a plan that recomputes many layers is
-predicted over what it measures: memory that a faster plan could have used, where a
-prediction under it promises a step the plan does not run. (No torch here: building and
-timing come from the caller, see model_profile.py.)
+step, and it measured 24% over its prediction. Priced each at what it costs alone, a plan
+that recomputes many layers is predicted over what it measures: memory a faster plan
+could have used, where a prediction under it promises a step the plan does not run. (No
+torch here: building and timing come from the caller, see model_profile.py.)
 
 Bytes likewise: a layer saved on its own does not save what the model's next layer makes
 it save. Compiled, a selective layer followed by one that joins its region keeps the
