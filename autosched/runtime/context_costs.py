@@ -80,10 +80,9 @@ def context_costs(layers: list, groups: list[list[int]], build, measure, rounds:
                           rounds)
     kept = samples.pop(KEPT)
     keep_s = statistics.median(kept)
+    on_all = {name: samples.pop((EVERYWHERE, name)) for name in everywhere}
     out = list(layers)
     for (g, name), steps in samples.items():
-        if g == EVERYWHERE:
-            continue
         size = len(groups[g])
         delta = (statistics.median(steps) - keep_s) / size
         confidence = (spread(steps) + spread(kept)) / size
@@ -91,7 +90,7 @@ def context_costs(layers: list, groups: list[list[int]], build, measure, rounds:
             out[i] = _with_option(out[i], name, _with_time(
                 out[i].options[name], out[i].options[KEPT].time_s + delta, confidence))
     for name, where in everywhere.items():
-        steps = samples[EVERYWHERE, name]
+        steps = on_all[name]
         summed = keep_s + sum(out[i].options[name].time_s - out[i].options[KEPT].time_s
                               for i in where)
         missed = (statistics.median(steps) - summed) / len(where)
@@ -153,8 +152,8 @@ def bytes_in_context(profile, groups: list[list[int]], saved: dict):
         for i in groups[g]:
             cost = layers[i].options[name]
             moved = cost.internal_bytes + max(0, round(error / len(groups[g])))
-            layers[i] = dataclasses.replace(layers[i], options={
-                **layers[i].options, name: dataclasses.replace(cost, internal_bytes=moved)})
+            layers[i] = _with_option(layers[i], name,
+                                     dataclasses.replace(cost, internal_bytes=moved))
     return dataclasses.replace(profile, layers=layers)
 
 
