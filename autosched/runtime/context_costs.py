@@ -14,19 +14,16 @@ every other layer kept, timed round by round beside the all-kept model. The acti
 per layer of the group is the layer's own keep time plus the step difference over the
 group's size, so a plan that puts one action on a whole group is predicted at what was
 measured, and mixed plans add the measured differences. Where several groups have an
-action, the model with all of them under it is timed too, and what the groups' differences
-miss of it is spread over those layers, raising them (summed, the groups' differences
-carry the all-kept median's error once per group: a compiled U-Net of five one-layer
-groups under selective everywhere was predicted 1.2 ms over its kept step and measured
-5.6 over it). Never lowering them: a model can pay once for any layer under an action.
-In that compiled U-Net a recomputed convolution anywhere costs about 9 ms (each layer
-alone under recompute or selective_narrow +8 to +13 ms, two layers together +9.7 to
-+12.6, recompute everywhere +18.8); spread, the everywhere variant's 37 ms below the sum
-priced a plan with one recomputed layer (and two selective ones) at 2.4 ms over its kept
-step, and it measured 24% over its prediction. Priced each at what it costs alone, a plan
-that recomputes many layers is predicted over what it measures: memory a faster plan
-could have used, where a prediction under it promises a step the plan does not run. (No
-torch here: building and timing come from the caller, see model_profile.py.)
+action, the model with all of them under it is timed too. Where it costs less than the
+groups' differences add up to, by more than the noise, the action costs once for any
+layer under it (once_costs.py: a compiled U-Net pays about 9 ms for a recomputed
+convolution anywhere): the charge is the profile's, paid once by a plan, and each layer
+keeps its difference less the charge; two charged actions are timed on two groups at once
+to see whether they share it. Where it costs more, what the groups' differences miss is
+spread over those layers, raising them (summed, the groups' differences carry the
+all-kept median's error once per group: a compiled U-Net of five one-layer groups under
+selective everywhere was predicted 1.2 ms over its kept step and measured 5.6 over it).
+(No torch here: building and timing come from the caller, see model_profile.py.)
 
 Bytes likewise: a layer saved on its own does not save what the model's next layer makes
 it save. Compiled, a selective layer followed by one that joins its region keeps the
@@ -35,37 +32,52 @@ it drops: five GPT blocks under selective_narrow were predicted at 6.6 MiB from 
 own bytes and measured 8.4. `bytes_in_context` raises each group's action bytes to what
 the whole model saved under it (never lowers them: see there).
 
-    layers, keep_s, saved = context_costs(layers, groups, build, measure, rounds, saved_of)
-    profile = bytes_in_context(profile, groups, saved)
+    found = context_costs(layers, groups, build, measure, rounds, saved_of)
+    profile = bytes_in_context(profile, groups, found.saved)     # once_costs: found.once_costs
 """
 from __future__ import annotations
 
 import dataclasses
 import statistics
+from dataclasses import dataclass
 from functools import partial
+from itertools import combinations
 
 from .actions import ACTIONS
+from .once_costs import charge, combined
 from .prediction import predict
 from .timing import interleaved, spread
 
 KEPT = "keep"
+EVERYWHERE = "everywhere"       # variants key: (EVERYWHERE, action) beside (group, action)
+MIXED = "mixed"                 # (MIXED, a, b): a on one group, b on another
+
+
+@dataclass(frozen=True)
+class InContext:
+    layers: list              # the layers with their in-context costs
+    keep_s: float             # the all-kept step's median seconds
+    saved: dict               # bytes each variant saved: {"keep" or (group, action): bytes}
+    once_costs: tuple = ()    # once_costs.OnceCost: paid once by a plan, not per layer
 
 
 def context_costs(layers: list, groups: list[list[int]], build, measure, rounds: int,
-                  saved_of=None):
-    """(layers with in-context costs, the all-kept step's median seconds, the bytes each
-    variant saved: {"keep" or (group, action): bytes}, empty without `saved_of`).
+                  saved_of=None) -> InContext:
+    """The layers' costs as the whole model measures them (see the module docstring).
 
     layers: LayerProfiles measured each on its own (their options' bytes are kept; their
     times are replaced); groups: lists of layer indices that share one signature;
     build(actions) -> the model running those actions, one name per layer (compiled,
     for a compiled profile);
     measure(model) -> one step's seconds; rounds: samples per variant, interleaved;
-    saved_of(model) -> one step's saved-activation bytes (measured once per variant).
+    saved_of(model) -> one step's saved-activation bytes (measured once per group
+    variant; `saved` is empty without it).
     Offload actions keep their times: their compute is their base action's (see
     prediction.compute_times) and their transfers are not the compiler's. An action two
     or more groups have is also timed on all of them at once (its bytes are not measured
-    there: bytes_in_context raises by one group's variant at a time).
+    there: bytes_in_context raises by one group's variant at a time); two actions found
+    to cost once each are timed once more, each on a group of its own, beside their
+    group variants, to see whether they share it.
     """
     n = len(layers)
     variants = {KEPT: build([KEPT] * n)}
@@ -76,34 +88,112 @@ def context_costs(layers: list, groups: list[list[int]], build, measure, rounds:
     everywhere = _layers_with_action_in_several_groups(layers, groups)
     for name, where in everywhere.items():
         variants[EVERYWHERE, name] = build([name if i in where else KEPT for i in range(n)])
-    samples = interleaved({key: partial(measure, run) for key, run in variants.items()},
-                          rounds)
-    kept = samples.pop(KEPT)
-    keep_s = statistics.median(kept)
-    on_all = {name: samples.pop((EVERYWHERE, name)) for name in everywhere}
+    steps = _Steps(interleaved({key: partial(measure, run) for key, run in variants.items()},
+                               rounds))
+    charges = _charges(everywhere, len(groups), steps)
+    out = _group_costs(layers, groups, steps, charges)
+    for name, where in everywhere.items():
+        if name not in charges:
+            out = _raised_to_everywhere(out, name, where, steps)
+    shared = _shared_charges(charges, groups, layers, variants, build, measure, rounds)
+    return InContext(out, steps.keep_s, saved, combined(charges, shared))
+
+
+def _charges(everywhere, n_groups: int, steps) -> dict[str, tuple[float, float]]:
+    """{action: (seconds, spread)} for the actions of `everywhere` that cost once for any
+    layer under them (once_costs.charge, beyond the noise of the variants it reads)."""
+    out = {}
+    for name in everywhere:
+        having = [(g, name) for g in range(n_groups) if (g, name) in steps.samples]
+        on_all = (EVERYWHERE, name)
+        noise = sum(steps.noise(key) for key in [*having, on_all]) / (len(having) - 1)
+        found = charge([steps.delta(key) for key in having], steps.delta(on_all), noise)
+        if found > 0:
+            out[name] = (found, steps.noise(on_all))
+    return out
+
+
+def _group_costs(layers, groups, steps, charges) -> list:
+    """`layers` with each group variant's step difference, less its action's charge,
+    shared over the group's layers on top of their keep times."""
     out = list(layers)
-    for (g, name), steps in samples.items():
+    for key in steps.samples:
+        if key[0] == EVERYWHERE:
+            continue
+        g, name = key
         size = len(groups[g])
-        delta = (statistics.median(steps) - keep_s) / size
-        confidence = (spread(steps) + spread(kept)) / size
+        delta = (steps.delta(key) - (charges[name][0] if name in charges else 0.0)) / size
         for i in groups[g]:
             out[i] = _with_option(out[i], name, _with_time(
-                out[i].options[name], out[i].options[KEPT].time_s + delta, confidence))
-    for name, where in everywhere.items():
-        steps = on_all[name]
-        summed = keep_s + sum(out[i].options[name].time_s - out[i].options[KEPT].time_s
-                              for i in where)
-        missed = (statistics.median(steps) - summed) / len(where)
-        if missed <= 0:
+                out[i].options[name], out[i].options[KEPT].time_s + delta,
+                steps.noise(key) / size))
+    return out
+
+
+class _Steps:
+    """Interleaved step samples per variant, read against the all-kept model's."""
+
+    def __init__(self, samples: dict):
+        self.kept = samples.pop(KEPT)
+        self.keep_s = statistics.median(self.kept)
+        self.samples = samples
+
+    def delta(self, key) -> float:
+        return statistics.median(self.samples[key]) - self.keep_s
+
+    def noise(self, key) -> float:
+        return spread(self.samples[key]) + spread(self.kept)
+
+
+def _raised_to_everywhere(layers, name, where, steps):
+    """`layers` with what the groups' differences miss of `name` everywhere spread over
+    the layers `where` it runs, if they miss any (a cost the groups add up to more than
+    is a charge: see context_costs)."""
+    summed = sum(layers[i].options[name].time_s - layers[i].options[KEPT].time_s
+                 for i in where)
+    missed = (steps.delta((EVERYWHERE, name)) - summed) / len(where)
+    if missed <= 0:
+        return layers
+    out = list(layers)
+    for i in where:
+        cost = out[i].options[name]
+        out[i] = _with_option(out[i], name, _with_time(
+            cost, cost.time_s + missed,
+            cost.spread_s + spread(steps.samples[EVERYWHERE, name]) / len(where)))
+    return out
+
+
+def _shared_charges(charges, groups, layers, variants, build, measure, rounds
+                    ) -> dict[frozenset, float]:
+    """{frozenset((a, b)): seconds} for the pairs of charged actions that share their
+    charge: the model with a on one group and b on another, timed round by round beside
+    those two groups' variants and the kept model (again: the machine moves), costs less
+    than the two add up to by more than the noise (at most the smaller charge)."""
+    pairs = {}
+    for a, b in combinations(sorted(charges), 2):
+        g_a = next(g for g in range(len(groups)) if (g, a) in variants)
+        g_b = next((g for g in range(len(groups)) if g != g_a and (g, b) in variants), None)
+        if g_b is None:
             continue
-        for i in where:
-            cost = out[i].options[name]
-            out[i] = _with_option(out[i], name, _with_time(
-                cost, cost.time_s + missed, cost.spread_s + spread(steps) / len(where)))
-    return out, keep_s, saved
-
-
-EVERYWHERE = "everywhere"       # variants key: (EVERYWHERE, action) beside (group, action)
+        mixed = [a if i in groups[g_a] else b if i in groups[g_b] else KEPT
+                 for i in range(len(layers))]
+        pairs[a, b] = ((g_a, a), (g_b, b), build(mixed))
+    if not pairs:
+        return {}
+    timers = {KEPT: partial(measure, variants[KEPT])}
+    for (a, b), (key_a, key_b, mixed) in pairs.items():
+        timers[key_a] = partial(measure, variants[key_a])
+        timers[key_b] = partial(measure, variants[key_b])
+        timers[MIXED, a, b] = partial(measure, mixed)
+    steps = _Steps(interleaved(timers, rounds))
+    out = {}
+    for (a, b), (key_a, key_b, _) in pairs.items():
+        both = (MIXED, a, b)
+        common = steps.delta(key_a) + steps.delta(key_b) - steps.delta(both)
+        noise = steps.noise(key_a) + steps.noise(key_b) + steps.noise(both)
+        if common > noise:
+            out[frozenset((a, b))] = min(common, charges[a][0], charges[b][0])
+    return out
 
 
 def _timed_actions(layer) -> list[str]:

@@ -88,7 +88,7 @@ class Plan:
             f"offloaded {format_bytes(g['host_bytes'])}",
             f"step time         {g['step_time_s'] * 1e3:.1f} ms predicted "
             f"(no checkpointing: {ref['step_time_s'] * 1e3:.1f} ms; extra compute "
-            f"{g['recompute_s'] * 1e3:.1f} ms, exposed transfers "
+            f"{g['recompute_s'] * 1e3:.1f} ms{_once(g)}, exposed transfers "
             f"{g['exposed_transfer_s'] * 1e3:.1f} ms)",
             f"solver            {self.solver['name']}: {self.solver['status']} in "
             f"{self.solver['solve_time_s']:.2f} s",
@@ -105,3 +105,9 @@ class Plan:
                          "offload lowers the activations autograd holds, not the process's "
                          "memory")
         return "\n".join(lines)
+
+
+def _once(predicted: dict) -> str:
+    """The part of the extra compute paid once for the plan (once_costs.py), if any."""
+    once = predicted.get("once_s", 0.0)
+    return f" of which {once * 1e3:.1f} ms once for the plan" if once else ""

@@ -105,6 +105,8 @@ class ModelProfile:
     # input (plans compiled with compile_planned on a backend that joins regions)
     joins_selective: bool = False
     layout: str = INDUCTOR_LAYOUT  # compiled: the layout the times are of (compiled_plans)
+    # costs paid once by a plan that runs any of their actions (once_costs.OnceCost)
+    once_costs: tuple = ()
 
 
 def _detached(obj):
@@ -268,9 +270,10 @@ def _profile(model, inputs, loss_fn, found, explicit, actions, allow_offload,
     profiles = _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows,
                                actions, allow_offload, repeats, clock_fn(clock), kernels,
                                backend, layout)
-    profiles, whole_time, groups, saved = _in_context(
+    groups, in_context = _in_context(
         model, inputs, loss_fn, found, calls, profiles, containers, kernels, backend, layout,
         repeats, clock)
+    profiles, whole_time = in_context.layers, in_context.keep_s
     keep_time = whole_time if backend is None else statistics.median(measure_step(
         model, inputs, loss_fn, repeats=2 * repeats, clock=clock).times_s)   # eager's
     rest_time = whole_time - sum(p.options["keep"].time_s for p in profiles)
@@ -279,14 +282,15 @@ def _profile(model, inputs, loss_fn, found, explicit, actions, allow_offload,
         profiles, shared_bytes, rest_bytes, frozenset(rest_shared), rest_time, keep_time,
         keep_bytes, bw, str(device), containers, "given" if explicit else AUTOMATIC_RULE,
         {kind: k.id for kind, k in kernels.items()}, None if backend is None else str(backend),
-        backend is not None and joins_selective_regions(backend), layout), groups, saved)
+        backend is not None and joins_selective_regions(backend), layout,
+        in_context.once_costs), groups, in_context.saved)
 
 
 def _in_context(model, inputs, loss_fn, found, calls, profiles, containers, kernels, backend,
                 layout, repeats, clock):
     """The profile's times as the whole model measures them (compiled with `backend` under
-    `layout`, if any), per group of identical layers and action (context_costs.py); the
-    all-kept step; the groups; and the bytes each variant saved."""
+    `layout`, if any), per group of identical layers and action: the groups, and what
+    context_costs.py found (costs, the all-kept step, each variant's bytes, once costs)."""
     cores = [p.attention_cores for p in profiles]
     fused = [p.fused_attention for p in profiles]
     index = {layer.name: i for i, layer in enumerate(found)}
@@ -308,9 +312,7 @@ def _in_context(model, inputs, loss_fn, found, calls, profiles, containers, kern
 
     def saved_of(run):
         return measure_step(run, inputs, loss_fn, repeats=1, warmup=0).saved_bytes
-    layers, keep_s, saved = context_costs(profiles, groups, build, measure, 3 * repeats,
-                                          saved_of)
-    return layers, keep_s, groups, saved
+    return groups, context_costs(profiles, groups, build, measure, 3 * repeats, saved_of)
 
 
 def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows, actions,

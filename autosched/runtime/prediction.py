@@ -4,7 +4,8 @@ An analytic model over a ModelProfile (model_profile.py): the solver optimises i
 plans report it, benchmarks compare it with the measured step.
 
 Time (Mist-style overlap): rest + sum over layers of the action's compute (forward and
-backward, recomputation included) + the part of each offload transfer that other layers'
+backward, recomputation included) + each once cost the plan pays (once_costs.py: a cost
+the model pays once for any layer under an action) + the part of each offload transfer that other layers'
 compute does not hide. An offloaded layer's compute is that of the same layer without
 offload (keep, or memeff_ln for offload+memeff_ln); its transfers take host_bytes / bandwidth
 each way. With a copy engine (CUDA), layer i's device-to-host copy hides behind layer
@@ -22,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .actions import ACTIONS, base_action, is_selective
+from .once_costs import paid
 
 
 def compute_times(layer, name: str) -> tuple[float, float]:
@@ -57,12 +59,14 @@ def exposed_transfers(profile, assignment: list[str]) -> list[float]:
 class Prediction:
     step_time_s: float
     compute_s: float             # layers' compute, recomputation included
-    recompute_s: float           # extra over the same layers kept (recompute, lookups)
+    recompute_s: float           # extra over the same layers kept (recompute, lookups,
+                                 # once costs)
     exposed_transfer_s: float
     saved_bytes: int             # activation bytes on the device at the end of forward
     host_bytes: int              # activation bytes offloaded to host memory
     layer_time_s: tuple          # per layer: compute + exposed transfer
     layer_bytes: tuple           # per layer: own bytes + shared storages it saves first
+    once_s: float = 0.0          # the once costs the plan pays (in step_time_s)
 
 
 def joined(profile, assignment: list[str], i: int) -> bool:
@@ -108,5 +112,7 @@ def predict(profile, assignment: list[str]) -> Prediction:
     saved = (profile.rest_bytes + sum(profile.shared_bytes[s] for s in profile.rest_shared)
              + sum(layer_bytes))
     host = sum(layer.options[n].host_bytes for layer, n in zip(profile.layers, assignment))
-    return Prediction(profile.rest_time_s + compute + sum(exposed), compute, extra,
-                      sum(exposed), saved, host, tuple(layer_time), tuple(layer_bytes))
+    once = sum(c.time_s for c in paid(profile.once_costs, assignment))
+    return Prediction(profile.rest_time_s + compute + once + sum(exposed), compute,
+                      extra + once, sum(exposed), saved, host, tuple(layer_time),
+                      tuple(layer_bytes), once)

@@ -1,10 +1,14 @@
 """Choose one action per layer: a MILP (scipy.optimize.milp, HiGHS).
 
 Variables: x[i,a] in {0,1} (layer i runs action a); z[s] in [0,1] (shared storage s is kept
-on the device); with a copy engine, e_f[i], e_b[i] >= 0 (exposed transfer seconds).
+on the device); y[c] in [0,1] (the plan pays once cost c, once_costs.py; 1 wherever an x it
+bounds is); with a copy
+engine, e_f[i], e_b[i] >= 0 (exposed transfer seconds).
 
-    minimise   sum x[i,a] * credited(i,a) + sum (e_f[i] + e_b[i])      (+ transfers, no engine)
+    minimise   sum x[i,a] * credited(i,a) + sum y[c] * once(c) + sum (e_f[i] + e_b[i])
+                                                                        (+ transfers, no engine)
     subject to sum_a x[i,a] = 1                                         for every layer i
+               y[c] >= sum_{a in c} x[i,a]                              for every layer i
                z[s] >= sum_{a saves s} x[i,a]                           for every saver i of s
                z[s] >= x[i,sel] + x[i,full] - x[i-1,sel]     (instead, for s an input of
                             i, where a checkpointed layer after a selective one joins it;
@@ -78,9 +82,10 @@ class _Model:
         shared = sorted({s for layer in profile.layers for c in layer.options.values()
                          for s in c.shared} - set(profile.rest_shared))
         self.z = {s: len(self.x) + k for k, s in enumerate(shared)}
+        self.y = [len(self.x) + len(self.z) + k for k in range(len(profile.once_costs))]
         n_layers = len(profile.layers)
         self.overlap = profile.bandwidth.overlap
-        base = len(self.x) + len(self.z)
+        base = len(self.x) + len(self.z) + len(self.y)
         self.ef = [base + i for i in range(n_layers)] if self.overlap else []
         self.eb = [base + n_layers + i for i in range(n_layers)] if self.overlap else []
         self.n = base + (2 * n_layers if self.overlap else 0)
@@ -95,6 +100,8 @@ class _Model:
             c[k] = credited_time(layer, name) * MS
             if not self.overlap:
                 c[k] += sum(transfer_time(self.p, layer, name)) * MS
+        for col, once in zip(self.y, self.p.once_costs):
+            c[col] = once.time_s * MS
         for col in self.ef + self.eb:
             c[col] = 1.0
         return c
@@ -131,14 +138,20 @@ class _Model:
                     out.append(self._at_least(zc, plain))
                 if joinable:      # kept unless the layer before is selective
                     out.append(self._at_least(zc, joinable, before))
+        for col, once in zip(self.y, self.p.once_costs):
+            for layer in self.p.layers:
+                paying = [k for k, name in self.cols_of(layer.index)
+                          if base_action(name) in once.actions]
+                if paying:
+                    out.append(self._at_least(col, paying))
         if self.overlap:
             out += self._overlap_rows()
         return out
 
-    def _at_least(self, z_col, cols, minus_cols=()):
-        """z >= sum of x[cols] - sum of x[minus_cols]."""
+    def _at_least(self, col, cols, minus_cols=()):
+        """z or y >= sum of x[cols] - sum of x[minus_cols]."""
         row = np.zeros(self.n)
-        row[z_col] = 1.0
+        row[col] = 1.0
         row[cols] = -1.0
         row[list(minus_cols)] = 1.0
         return row, 0.0, np.inf
@@ -161,7 +174,7 @@ class _Model:
         from scipy.optimize import Bounds
 
         ub = np.ones(self.n)
-        ub[len(self.x) + len(self.z):] = np.inf
+        ub[len(self.x) + len(self.z) + len(self.y):] = np.inf
         return Bounds(np.zeros(self.n), ub)
 
     def integrality(self) -> np.ndarray:

@@ -45,8 +45,9 @@ def test_costs_are_the_keep_time_plus_the_in_model_difference_per_layer():
         return step_s(actions)
 
     layers = [layer(i, with_offload=True) for i in range(4)]
-    out, keep_s, saved = context_costs(layers, [[0, 1, 2], [3]], build, measure, rounds=3)
-    assert saved == {}                         # no saved_of: no bytes measured
+    found = context_costs(layers, [[0, 1, 2], [3]], build, measure, rounds=3)
+    out, keep_s, saved = found.layers, found.keep_s, found.saved
+    assert saved == {} and found.once_costs == ()                         # no saved_of: no bytes measured
     assert keep_s == pytest.approx(step_s(["keep"] * 4))
     # one model per group and non-offload action, plus the all-kept one, plus one per
     # action both groups have with it on both; each timed 3 times
@@ -81,8 +82,9 @@ def saved_of(actions):
 
 def test_a_uniform_plan_is_predicted_at_what_the_whole_model_measured():
     layers = [layer(i) for i in range(4)]
-    out, keep_s, saved = context_costs(layers, [[0, 1, 2], [3]], list, step_s, rounds=1,
-                                       saved_of=saved_of)
+    found = context_costs(layers, [[0, 1, 2], [3]], list, step_s, rounds=1,
+                          saved_of=saved_of)
+    out, keep_s, saved = found.layers, found.keep_s, found.saved
     rest_s = keep_s - sum(lp.options["keep"].time_s for lp in out)
     profile = bytes_in_context(
         ModelProfile(out, {}, 0, frozenset(), rest_s, keep_s, 400,
@@ -103,8 +105,8 @@ def test_a_variant_that_saves_less_than_predicted_does_not_lower_the_prediction(
         return saved_of(actions) - (40 if actions[3] == "selective" else 0)
 
     layers = [layer(i) for i in range(4)]
-    out, keep_s, saved = context_costs(layers, [[0, 1, 2], [3]], list, step_s, rounds=1,
-                                       saved_of=less)
+    found = context_costs(layers, [[0, 1, 2], [3]], list, step_s, rounds=1, saved_of=less)
+    out, keep_s, saved = found.layers, found.keep_s, found.saved
     profile = bytes_in_context(
         ModelProfile(out, {}, 0, frozenset(), 0.0, keep_s, 400,
                      Bandwidth(1.0, 1.0, False, "test", "t"), "cpu", "blocks", "test",
@@ -122,11 +124,9 @@ def test_what_the_groups_differences_miss_of_an_action_everywhere_raises_its_lay
         return step_s(actions) + 0.003 * pairs
 
     layers = [layer(i) for i in range(4)]
-    out, keep_s, _ = context_costs(layers, [[0, 1, 2], [3]], list, joined, rounds=1)
-    profile = ModelProfile(out, {}, 0, frozenset(), keep_s - sum(
-        lp.options["keep"].time_s for lp in out), keep_s, 400,
-        Bandwidth(1.0, 1.0, False, "test", "t"), "cpu", "blocks", "test",
-        compiled_with="inductor")
+    found = context_costs(layers, [[0, 1, 2], [3]], list, joined, rounds=1)
+    out, profile = found.layers, in_context_profile(found)
+    assert found.once_costs == ()
     for actions in (["selective"] * 4, ["recompute"] * 4, ["keep"] * 4,
                     ["recompute"] * 3 + ["keep"]):
         assert predict(profile, actions).step_time_s == pytest.approx(joined(actions))
@@ -138,18 +138,76 @@ def test_what_the_groups_differences_miss_of_an_action_everywhere_raises_its_lay
         .030 + PER_LAYER[0]["selective"] - PER_LAYER[0]["keep"] + .006 / 3 + .003 / 4)
 
 
-def test_an_action_that_costs_once_for_any_layer_keeps_each_layers_own_difference():
+def in_context_profile(found):
+    """A compiled profile of what context_costs found (no bytes)."""
+    rest_s = found.keep_s - sum(lp.options["keep"].time_s for lp in found.layers)
+    return ModelProfile(found.layers, {}, 0, frozenset(), rest_s, found.keep_s, 400,
+                        Bandwidth(1.0, 1.0, False, "test", "t"), "cpu", "blocks", "test",
+                        compiled_with="inductor", once_costs=found.once_costs)
+
+
+def charged(found) -> dict:
+    """{actions: seconds} of the once costs context_costs found."""
+    return {c.actions: c.time_s for c in found.once_costs}
+
+
+MIXED_PLANS = (["recompute"] * 4, ["keep"] * 4, ["recompute"] + ["keep"] * 3,
+               ["keep"] * 3 + ["recompute"], ["selective", "recompute", "keep", "selective"],
+               ["selective"] * 3 + ["recompute"], ["recompute", "keep", "keep", "selective"])
+
+
+def test_an_action_that_costs_once_for_any_layer_is_a_once_cost_of_the_profile():
     # recompute anywhere costs 0.009 once (a compiler's choice for the whole graph), so
     # everywhere measures less than the groups' differences add up to
     def once(actions):
         return step_s(actions) + (0.009 if "recompute" in actions else 0)
 
-    layers = [layer(i) for i in range(4)]
-    out, _, _ = context_costs(layers, [[0, 1, 2], [3]], list, once, rounds=1)
-    assert out[3].options["recompute"].time_s == pytest.approx(
-        .030 + PER_LAYER[3]["recompute"] - PER_LAYER[3]["keep"] + .009)
-    assert out[0].options["recompute"].time_s == pytest.approx(
-        .030 + PER_LAYER[0]["recompute"] - PER_LAYER[0]["keep"] + .009 / 3)
+    built = []
+    found = context_costs([layer(i) for i in range(4)], [[0, 1, 2], [3]],
+                          lambda a: built.append(tuple(a)) or tuple(a), once, rounds=1)
+    assert charged(found) == pytest.approx({frozenset({"recompute"}): 0.009})
+    assert len(built) == 7                     # one charged action: no pair timed
+    out = found.layers
+    for i in (0, 3):                           # each layer keeps its own difference
+        own = PER_LAYER[i]
+        assert out[i].options["recompute"].time_s == pytest.approx(
+            .030 + own["recompute"] - own["keep"])
+    profile = in_context_profile(found)
+    for actions in MIXED_PLANS:
+        assert predict(profile, actions).step_time_s == pytest.approx(once(actions))
+
+
+def test_two_actions_that_share_a_once_cost_pay_it_once_between_them():
+    # a recomputing action anywhere costs 0.009 once, for either or both; selective
+    # alone costs 0.002 once more
+    def shared(actions):
+        return (step_s(actions) + (0.009 if {"recompute", "selective"} & set(actions) else 0)
+                + (0.002 if "selective" in actions else 0))
+
+    built = []
+    found = context_costs([layer(i) for i in range(4)], [[0, 1, 2], [3]],
+                          lambda a: built.append(tuple(a)) or tuple(a), shared, rounds=1)
+    # the pair is timed on two groups: recompute on the first, selective on the second
+    assert built[7:] == [("recompute",) * 3 + ("selective",)]
+    assert charged(found) == pytest.approx({frozenset({"recompute", "selective"}): 0.009,
+                                            frozenset({"selective"}): 0.002})
+    profile = in_context_profile(found)
+    for actions in MIXED_PLANS:
+        assert predict(profile, actions).step_time_s == pytest.approx(shared(actions))
+
+
+def test_two_actions_that_each_cost_once_pay_both_where_they_do_not_share():
+    def apart(actions):
+        return (step_s(actions) + (0.009 if "recompute" in actions else 0)
+                + (0.004 if "selective" in actions else 0))
+
+    found = context_costs([layer(i) for i in range(4)], [[0, 1, 2], [3]], list, apart,
+                          rounds=1)
+    assert charged(found) == pytest.approx({frozenset({"recompute"}): 0.009,
+                                            frozenset({"selective"}): 0.004})
+    profile = in_context_profile(found)
+    for actions in MIXED_PLANS:
+        assert predict(profile, actions).step_time_s == pytest.approx(apart(actions))
 
 
 def test_one_group_is_not_timed_again_as_everywhere():

@@ -12,6 +12,7 @@ from autosched.runtime.bandwidth import Bandwidth
 from autosched.runtime.prediction import exposed_transfers, predict
 from autosched.runtime.solver import smallest_feasible_bytes, solve
 from autosched.runtime.model_profile import ActionCost, LayerProfile, ModelProfile
+from autosched.runtime.once_costs import OnceCost
 from autosched.runtime.units import format_bytes
 
 MB = 1 << 20
@@ -121,11 +122,45 @@ def _random_profile(rng: random.Random, n: int, overlap: bool, compiled: bool = 
 @pytest.mark.parametrize("seed", range(8))
 def test_milp_matches_brute_force(seed):
     rng = random.Random(seed)
-    p = _random_profile(rng, 4, overlap=seed % 2 == 0, compiled=seed % 4 >= 2)
+    _assert_milp_is_the_brute_force_optimum(
+        _random_profile(rng, 4, overlap=seed % 2 == 0, compiled=seed % 4 >= 2))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_milp_pays_once_costs_as_brute_force_does(seed):
+    # once costs large enough to change the choice (in 6 of these 16 solves): a
+    # recomputing action anywhere, selective, memeff
+    rng = random.Random(100 + seed)
+    p = dataclasses.replace(
+        _random_profile(rng, 4, overlap=seed % 2 == 0, compiled=seed >= 2),
+        once_costs=(OnceCost(frozenset({"recompute", "selective_narrow"}),
+                             rng.uniform(0.005, 0.03)),
+                    OnceCost(frozenset({"selective"}), rng.uniform(0.005, 0.02)),
+                    OnceCost(frozenset({"memeff"}), rng.uniform(0.002, 0.01))))
+    _assert_milp_is_the_brute_force_optimum(p)
+
+
+def test_a_plan_pays_a_once_cost_once_however_many_layers_run_it():
+    layer = {"keep": (0.010, 0.020, 10 * MB, set(), 0),
+             "recompute": (0.010, 0.030, 0, set(), 0)}
+    p = dataclasses.replace(profile([layer] * 3),
+                            once_costs=(OnceCost(frozenset({"recompute"}), 0.009),))
+    kept = predict(p, ["keep"] * 3)
+    one, three = predict(p, ["recompute", "keep", "keep"]), predict(p, ["recompute"] * 3)
+    assert one.step_time_s == pytest.approx(kept.step_time_s + 0.010 + 0.009)
+    assert three.step_time_s == pytest.approx(kept.step_time_s + 0.030 + 0.009)
+    assert (kept.once_s, one.once_s) == (0.0, 0.009)
+    assert three.recompute_s == pytest.approx(0.030 + 0.009)
+    # 20 MB for 30 kept: one layer recomputes (10 ms and the 9 ms once); the others
+    # keep, as more recompute would cost 10 ms each for memory not needed
+    assert solve(p, 20 * MB).assignment.count("recompute") == 1
+
+
+def _assert_milp_is_the_brute_force_optimum(p):
     every = [list(a) for a in itertools.product(*[list(layer.options) for layer in p.layers])]
     least = min(predict(p, a).saved_bytes for a in every)
     assert smallest_feasible_bytes(p) == least
-    for frac in (0.3, 0.6, 1.0):
+    for frac in (0.1, 0.3, 0.6, 1.0):
         budget = int(least + frac * (predict(p, ["keep"] * 4).saved_bytes - least))
         best = min(predict(p, a).step_time_s for a in every if predict(p, a).saved_bytes <= budget)
         sol = solve(p, budget, mip_gap=0.0)
