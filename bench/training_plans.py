@@ -108,6 +108,8 @@ def run_model(name, path: Path, args, kernels, work: Path) -> list[dict]:
           f"{'/'.join(p.layout for p in profiles[1])}) in "
           f"{time.monotonic() - started:.0f} s; eager saves "
           f"{format_bytes(profiles[0].keep_saved_bytes)}", flush=True)
+    for profile in [profiles[0], *(p for compiled in profiles[1:] for p in compiled)]:
+        print_once_costs(name, profile)
     points = build_points(model, inputs, loss_fn, profiles, kernels, tuned,
                           args.candidate_budgets)
     saved, chosen_on, reported = measure(points, inputs, loss_fn, args.rounds, args.steps,
@@ -135,6 +137,17 @@ def run_model(name, path: Path, args, kernels, work: Path) -> list[dict]:
             row["pred_err_drift_corrected"] = (row["pred_time_s"] * x - times[k]) / times[k]
         rows.append(row)
     return rows + consistent_rows(rows)
+
+
+def print_once_costs(name: str, profile) -> None:
+    """The costs `profile` found paid once for any layer under an action, if any."""
+    if not profile.once_costs:
+        return
+    kind = (f"compiled ({profile.compiled_with}, layout {profile.layout})"
+            if profile.compiled_with else "eager")
+    costs = ", ".join(f"{'/'.join(sorted(c.actions))} {c.time_s * 1e3:.1f} ms"
+                      f" (±{c.spread_s * 1e3:.1f})" for c in profile.once_costs)
+    print(f"{name}: {kind} profile's once costs: {costs}", flush=True)
 
 
 # per plan family, the measured point that runs what its profile timed as all kept
