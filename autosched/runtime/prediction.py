@@ -4,14 +4,14 @@ An analytic model over a ModelProfile (model_profile.py): the solver optimises i
 plans report it, benchmarks compare it with the measured step.
 
 Time (Mist-style overlap): rest + sum over layers of the action's compute (forward and
-backward, recomputation included) + each once cost the plan pays (once_costs.py: a cost
-the model pays once for any layer under an action) + the part of each offload transfer that other layers'
-compute does not hide. An offloaded layer's compute is that of the same layer without
-offload (keep, or memeff_ln for offload+memeff_ln); its transfers take host_bytes / bandwidth
-each way. With a copy engine (CUDA), layer i's device-to-host copy hides behind layer
-i+1's forward and its host-to-device prefetch behind layer i+1's backward (the last layer
-has no window); offload.OffloadSchedule implements exactly those windows.
-Without one (CPU) every transfer is exposed.
+backward, recomputation included) + each once cost the plan pays (once_costs.py: a cost the
+model pays once for any layer under an action) + the part of each offload transfer that
+other layers' compute does not hide. An offloaded layer's compute is that of the same layer
+without offload (keep, or memeff_ln for offload+memeff_ln); its transfers take host_bytes /
+bandwidth each way. With a copy engine (CUDA), layer i's device-to-host copy hides behind
+layer i+1's forward and its host-to-device prefetch behind layer i+1's backward (the last
+layer has no window); offload.OffloadSchedule implements exactly those windows. Without one
+(CPU) every transfer is exposed.
 
 Memory: rest + sum of the layers' own saved bytes + each shared (layer-boundary) storage
 once if anyone keeps it on the device. Where the profile's plans join checkpoint regions
