@@ -203,3 +203,24 @@ def test_infeasible_budget_names_the_smallest_feasible_one():
     msg = str(info.value)
     assert "\n" not in msg and "infeasible" in msg and format_bytes(least) in msg
     assert predict(p, solve(p, least).assignment).saved_bytes == least
+
+
+def test_a_plan_lists_the_once_costs_it_pays_and_survives_json():
+    from torch import nn
+
+    from autosched.runtime.document import Plan
+    from autosched.runtime.make_plan import build_plan
+
+    layer = {"keep": (0.010, 0.020, 10 * MB, set(), 0),
+             "recompute": (0.010, 0.030, 0, set(), 0)}
+    once = (OnceCost(frozenset({"recompute"}), 0.009, 0.001),
+            OnceCost(frozenset({"memeff"}), 0.004))
+    p = dataclasses.replace(profile([layer] * 3), once_costs=once)
+    plan = build_plan(nn.Identity(), p, solve(p, 20 * MB), 20 * MB, "20MiB", "fp", {})
+    assert plan.predicted["once_s"] == 0.009
+    assert plan.predicted["once_costs"] == [
+        {"actions": ["recompute"], "time_s": 0.009, "time_spread_s": 0.001}]
+    assert plan.predicted["step_time_s"] == pytest.approx(0.01 + 0.090 + 0.010 + 0.009)
+    assert "of which 9.0 ms once for the plan" in plan.table()
+    again = Plan.from_json(plan.to_json())
+    assert again.predicted == plan.predicted and again.actions == plan.actions
