@@ -95,7 +95,7 @@ def context_costs(layers: list, groups: list[list[int]], build, measure, rounds:
     for name, where in everywhere.items():
         if name not in charges:
             out = _raised_to_everywhere(out, name, where, steps)
-    shared = _shared_charges(charges, groups, layers, variants, build, measure, rounds)
+    shared = _shared_charges(charges, groups, n, variants, build, measure, rounds)
     return InContext(out, steps.keep_s, saved, combined(charges, shared))
 
 
@@ -163,7 +163,7 @@ def _raised_to_everywhere(layers, name, where, steps):
     return out
 
 
-def _shared_charges(charges, groups, layers, variants, build, measure, rounds
+def _shared_charges(charges, groups, n: int, variants, build, measure, rounds
                     ) -> dict[frozenset, float]:
     """{frozenset((a, b)): seconds} for the pairs of charged actions that share their
     charge: the model with a on one group and b on another, timed round by round beside
@@ -176,7 +176,7 @@ def _shared_charges(charges, groups, layers, variants, build, measure, rounds
         if g_b is None:
             continue
         mixed = [a if i in groups[g_a] else b if i in groups[g_b] else KEPT
-                 for i in range(len(layers))]
+                 for i in range(n)]
         pairs[a, b] = ((g_a, a), (g_b, b), build(mixed))
     if not pairs:
         return {}

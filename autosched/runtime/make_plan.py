@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from .actions import ACTIONS
 from .document import LayerPlan, Plan
-from .once_costs import paid
 from .prediction import compute_times, exposed_transfers, predict
 from .units import parse_budget
 
@@ -171,7 +170,7 @@ def build_plan(model, profile, solution, budget: int, spec: str, fp: str, kernel
                    "recompute_s": pred.recompute_s, "once_s": pred.once_s,
                    "once_costs": [{"actions": sorted(c.actions), "time_s": c.time_s,
                                    "time_spread_s": c.spread_s}
-                                  for c in paid(profile.once_costs, solution.assignment)],
+                                  for c in pred.once_costs],
                    "exposed_transfer_s": pred.exposed_transfer_s,
                    "saved_bytes": pred.saved_bytes, "host_bytes": pred.host_bytes,
                    "rest_time_s": profile.rest_time_s, "rest_bytes": profile.rest_bytes},

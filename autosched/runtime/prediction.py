@@ -66,7 +66,12 @@ class Prediction:
     host_bytes: int              # activation bytes offloaded to host memory
     layer_time_s: tuple          # per layer: compute + exposed transfer
     layer_bytes: tuple           # per layer: own bytes + shared storages it saves first
-    once_s: float = 0.0          # the once costs the plan pays (in step_time_s)
+    once_costs: tuple = ()       # the once costs the plan pays (once_costs.OnceCost)
+
+    @property
+    def once_s(self) -> float:
+        """Seconds of once costs in step_time_s."""
+        return sum(c.time_s for c in self.once_costs)
 
 
 def joined(profile, assignment: list[str], i: int) -> bool:
@@ -112,7 +117,8 @@ def predict(profile, assignment: list[str]) -> Prediction:
     saved = (profile.rest_bytes + sum(profile.shared_bytes[s] for s in profile.rest_shared)
              + sum(layer_bytes))
     host = sum(layer.options[n].host_bytes for layer, n in zip(profile.layers, assignment))
-    once = sum(c.time_s for c in paid(profile.once_costs, assignment))
-    return Prediction(profile.rest_time_s + compute + once + sum(exposed), compute,
-                      extra + once, sum(exposed), saved, host, tuple(layer_time),
+    once = tuple(paid(profile.once_costs, assignment))
+    once_s = sum(c.time_s for c in once)
+    return Prediction(profile.rest_time_s + compute + once_s + sum(exposed), compute,
+                      extra + once_s, sum(exposed), saved, host, tuple(layer_time),
                       tuple(layer_bytes), once)

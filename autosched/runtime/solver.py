@@ -1,9 +1,8 @@
 """Choose one action per layer: a MILP (scipy.optimize.milp, HiGHS).
 
 Variables: x[i,a] in {0,1} (layer i runs action a); z[s] in [0,1] (shared storage s is kept
-on the device); y[c] in [0,1] (the plan pays once cost c, once_costs.py; 1 wherever an x it
-bounds is); with a copy
-engine, e_f[i], e_b[i] >= 0 (exposed transfer seconds).
+on the device); y[c] in [0,1] (the plan pays once cost c, once_costs.py; 1 wherever an x
+it bounds is); with a copy engine, e_f[i], e_b[i] >= 0 (exposed transfer seconds).
 
     minimise   sum x[i,a] * credited(i,a) + sum y[c] * once(c) + sum (e_f[i] + e_b[i])
                                                                         (+ transfers, no engine)
