@@ -29,6 +29,9 @@ the same run:
   then compiled with autosched.torch.backend on that library:
   plan+kernels@p  our plan solved on a profile compiled on the kernels, compiled on them
   kernels+partitioner@b  the kernels and AOTAutograd's partitioner at budget b
+* plan+compile@keep/L  every layer kept, compiled as the compiled profile of layout L
+                  timed it (plan+kernels@keep/L likewise): the anchor its plans are read
+                  against for the machine's drift since profiling (below)
 * plan*@p, plan+compile*@p  the measured choice (measured_choice.py): at each budget the
                   fastest eager plan that fits it, and the fastest compiled candidate
                   (plan+compile, memeff+partitioner, plan+kernels, kernels+partitioner,
@@ -44,7 +47,12 @@ plans on the compiled one (profile_model(compile=True): every layer and action t
 compiled, then again inside the whole compiled model, per group of identical layers). The
 table reports, per plan+compile point, its time over torch.compile's fastest point at
 equal or lower saved bytes; and the bars: saved bytes within budget, prediction within
-10%, no plan slower than the plan for a smaller budget.
+10%, no plan slower than the plan for a smaller budget. A prediction is read twice: as it
+is, and with the drift since profiling taken out (its time scaled by its anchor's
+measured time over the all-kept step its profile predicted: eager for eager plans, the
+anchor of its own layout for compiled ones). On the shared 2-core VM the same model's
+step moves by half within minutes (ResNet shape, eager: 28.6, 42.3 and 30.6 ms over one
+run of 240 rounds), so an absolute prediction carries the machine's state at profiling.
 Compiling takes most of the run (about 25 s a point on two cores).
 """
 from __future__ import annotations
@@ -68,7 +76,8 @@ import model_library
 import provenance
 from runtime_plans import grad_error
 from training_plans_points import CANDIDATE_BUDGETS, build_points, measure
-from training_plans_report import consistent_rows, plot, report, verdicts
+from training_plans_report import (anchored_error, consistent_rows, drifts, plot,
+                                   report, verdicts)
 
 from autosched.errors import UserError
 from autosched.runtime.compiled_plans import allow_recompiles, layouts_worth_trying
@@ -116,10 +125,12 @@ def run_model(name, path: Path, args, kernels, work: Path) -> list[dict]:
                                          args.clock)
     times = {k: statistics.median(v) for k, v in reported.items()}
     ref = parameter_grads(model, inputs, loss_fn)
-    drift = drifts(profiles, times)
-    for method, (point, x) in drift.items():
+    drift = drifts(profiled_kept(profiles), {k: info for k, (_, info) in points.items()},
+                   times)
+    for (method, layout), (point, x) in drift.items():
         print(f"{name}: {point} measured {times[point] * 1e3:.1f} ms, profiled (all kept, "
-              f"for {method}) {times[point] / x * 1e3:.1f} ms (drift x{x:.3f})", flush=True)
+              f"for {method}{f' on layout {layout}' if layout else ''}) "
+              f"{times[point] / x * 1e3:.1f} ms (drift x{x:.3f})", flush=True)
     rows = []
     for k, (m, info) in points.items():
         row = {"model": name, "point": k, **info, "saved": saved[k], "time_s": times[k],
@@ -131,10 +142,7 @@ def run_model(name, path: Path, args, kernels, work: Path) -> list[dict]:
         if "budget_bytes" in info:
             row["fits"] = saved[k] <= info["budget_bytes"]
             row["pred_err"] = (row["pred_time_s"] - times[k]) / times[k]
-            # the machine's drift since profiling (shared cores), seen on the all-kept
-            # model its profile timed too
-            x = drift[info["method"]][1]
-            row["pred_err_drift_corrected"] = (row["pred_time_s"] * x - times[k]) / times[k]
+            row.update(anchored_error(row, drift))
         rows.append(row)
     return rows + consistent_rows(rows)
 
@@ -150,19 +158,17 @@ def print_once_costs(name: str, profile) -> None:
     print(f"{name}: {kind} profile's once costs: {costs}", flush=True)
 
 
-# per plan family, the measured point that runs what its profile timed as all kept
-DRIFT_ANCHORS = {"plan": "eager", "plan+compile": "compile@1",
-                 "plan+kernels": "kernels+partitioner@1"}
+def profiled_kept(profiles) -> dict:
+    """{(plan method, layout): the all-kept step its profile predicted}; profiles:
+    eager's, then per backend (inductor, tuned kernels) one per layout."""
+    eager, *compiled = profiles
 
-
-def drifts(profiles, times) -> dict:
-    """{plan method: (anchor point, its measured time over its profile's all-kept step)}:
-    how much faster or slower the machine ran since each profile (eager, compiled, on
-    tuned kernels: `profiles` in that order, the compiled ones lists per layout, the
-    anchors compiled under inductor's own)."""
-    firsts = [p if i == 0 else p[0] for i, p in enumerate(profiles)]   # inductor's layout
-    return {method: (point, times[point] / predict(p, ["keep"] * len(p.layers)).step_time_s)
-            for (method, point), p in zip(DRIFT_ANCHORS.items(), firsts) if point in times}
+    def kept(profile):
+        return predict(profile, ["keep"] * len(profile.layers)).step_time_s
+    out = {("plan", None): kept(eager)}
+    for method, per_layout in zip(("plan+compile", "plan+kernels"), compiled):
+        out.update({(method, p.layout): kept(p) for p in per_layout})
+    return out
 
 
 def tuned_backend(path: Path, work: Path, args):

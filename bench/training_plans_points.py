@@ -22,6 +22,7 @@ from autosched.runtime.module_tree import clone_structure
 from autosched.runtime.timing import interleaved
 from autosched.runtime.training_step import measure_step, training_step
 from autosched.runtime.units import parse_budget
+from training_plans_report import ANCHOR
 
 COMPILE_BUDGETS = (1.0, 0.8, 0.6, 0.4, 0.25, 0.1, 0.0)
 PLAN_BUDGETS = ("100%", "60%", "40%", "25%")
@@ -111,6 +112,13 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None,
         _compiled_point(points, model, inputs, loss_fn, compiled_profs, spec,
                         parse_budget(spec, eager_prof.keep_saved_bytes), kernels, built,
                         candidate=True)
+    families = [("plan+compile", compiled_profs, "inductor", built)]
+    if tuned is not None:
+        families.append(("plan+kernels", tuned_profs[0], tuned, built_on_kernels))
+    for method, profs, backend, cache in families:
+        for prof in profs:
+            _anchor_point(points, model, inputs, loss_fn, prof, kernels, backend, cache,
+                          method)
     compiled_prof = compiled_profs[0]                 # inductor's own layout
     hybrid = hybrid_actions(compiled_prof)
     cores = [layer.attention_cores for layer in compiled_prof.layers]
@@ -147,6 +155,25 @@ def _compiled_point(points, model, inputs, loss_fn, profiles, spec, budget, kern
     points[f"plan+compile@{spec}"] = (run, {"method": "plan+compile", "limit_bytes": limit,
                                             **extra, **_info(p, spec, budget)})
     return True
+
+
+def _anchor_point(points, model, inputs, loss_fn, profile, kernels, backend, built,
+                  method) -> None:
+    """Add the all-kept model compiled as `profile` timed it (its layout, layers and
+    backend; shared with a plan that keeps everything there): the point `method`'s plans
+    solved on that profile are read against for the machine's drift since profiling."""
+    keep = ["keep"] * len(profile.layers)
+    key = (profile.layout, *keep)
+    if key not in built:
+        built[key] = run = compile_planned(
+            model, keep, kernels, backend=backend, layers=profile.containers,
+            attention_cores=[layer.attention_cores for layer in profile.layers],
+            layout=profile.layout,
+            fused_attention=[layer.fused_attention for layer in profile.layers])
+        training_step(run, inputs, loss_fn)
+    points[f"{method}@keep/{profile.layout}"] = (
+        built[key], {"method": ANCHOR, "anchors": method, "layout": profile.layout,
+                     "actions": keep})
 
 
 def _on_device(profile):

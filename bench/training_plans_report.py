@@ -19,6 +19,36 @@ from autosched.runtime.units import format_bytes
 COMPILED_CANDIDATES = ("plan+compile", "memeff+partitioner", "plan+kernels",
                        "kernels+partitioner", "compile")
 COMPILED_PLANS = ("plan+compile", "plan+kernels")
+# the method of the all-kept models compiled as each compiled profile timed them: what
+# that profile's plans are read against for the machine's drift since profiling
+ANCHOR = "anchor"
+
+
+def drifts(kept_s: dict, infos: dict, times: dict) -> dict:
+    """{(plan method, layout): (anchor point, its measured time over the all-kept step
+    its profile predicted)}: how much faster or slower the machine ran since each
+    profile was taken (on the shared VM its speed moves by half within minutes).
+    kept_s: {(plan method, layout): predicted all-kept step} (eager plans: ("plan",
+    None)); infos: {point: info}; times: {point: measured seconds}. Eager plans are read
+    against the eager model, compiled ones against the all-kept model compiled as their
+    own profile timed it (the ANCHOR points)."""
+    out = {}
+    for point, info in infos.items():
+        key = (("plan", None) if info["method"] == "eager" else
+               (info["anchors"], info["layout"]) if info["method"] == ANCHOR else None)
+        if key in kept_s and point in times:
+            out[key] = (point, times[point] / kept_s[key])
+    return out
+
+
+def anchored_error(row, drift: dict) -> dict:
+    """A plan row's prediction error with its profile's drift taken out: its predicted
+    time scaled by its anchor's drift, against its measured time (None, and no anchor,
+    where its profile's anchor was not measured)."""
+    anchor = drift.get((row["method"], row.get("layout")))
+    return {"drift_anchor": anchor and anchor[0],
+            "pred_err_drift_corrected": anchor and
+            (row["pred_time_s"] * anchor[1] - row["time_s"]) / row["time_s"]}
 
 
 def consistent_rows(rows) -> list[dict]:
@@ -76,8 +106,10 @@ def verdicts(rows) -> dict:
             "max_abs_pred_err": max(abs(r["pred_err"]) for r in plans),
             "max_abs_pred_err_chosen": max((abs(r["pred_err"]) for r in chosen
                                             if "pred_err" in r), default=None),
-            "max_abs_pred_err_drift_corrected": max(abs(r["pred_err_drift_corrected"])
-                                                    for r in plans),
+            # read against the all-kept model of the plan's own profile, timed in the
+            # same rounds (None where a plan's anchor is missing)
+            "max_abs_pred_err_drift_corrected": _max_abs(r["pred_err_drift_corrected"]
+                                                         for r in plans),
             "inversions": {m: len(inversions(v)) for m, v in measured.items()},
             # where the slower plan's samples separate from the faster one's
             "inversions_beyond_noise": {m: len(inversions(v, beyond_noise=True))
@@ -85,6 +117,12 @@ def verdicts(rows) -> dict:
             "max_grad_rel_err": max(r["grad_rel_err"] for r in mine),
         }
     return out
+
+
+def _max_abs(errors):
+    """The largest magnitude of `errors`; None if any is None (a plan not read)."""
+    errors = list(errors)
+    return None if None in errors else max(map(abs, errors))
 
 
 SHORT = {"keep": "K", "memeff_ln": "L", "memeff": "M", "recompute_attention": "A",
@@ -96,7 +134,8 @@ SHORT = {"keep": "K", "memeff_ln": "L", "memeff": "M", "recompute_attention": "A
 
 
 def report(rows) -> None:
-    head = ("model", "point", "actions", "saved", "fits", "ms", "pred ms", "err", "grad err")
+    head = ("model", "point", "actions", "saved", "fits", "ms", "pred ms", "err",
+            "err vs anchor", "grad err")
     lines = [head]
     for r in rows:
         acts = " ".join(SHORT.get(a, a) for a in r.get("actions", [])) or "-"
@@ -106,6 +145,8 @@ def report(rows) -> None:
                       f"{r['time_s'] * 1e3:.1f}",
                       f"{r['pred_time_s'] * 1e3:.1f}" if "pred_time_s" in r else "-",
                       f"{100 * r['pred_err']:+.1f}%" if "pred_err" in r else "-",
+                      f"{100 * r['pred_err_drift_corrected']:+.1f}%"
+                      if r.get("pred_err_drift_corrected") is not None else "-",
                       f"{r['grad_rel_err']:.1e}"))
     widths = [max(len(str(x[i])) for x in lines) for i in range(len(head))]
     for x in lines:

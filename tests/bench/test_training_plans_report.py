@@ -9,7 +9,9 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
-from training_plans_report import consistent_rows, verdicts  # noqa: E402
+import pytest  # noqa: E402
+from training_plans_report import (ANCHOR, anchored_error, consistent_rows,  # noqa: E402
+                                   drifts, verdicts)
 
 
 def _row(point, method, saved, time_s, **extra):
@@ -56,3 +58,40 @@ def test_a_budget_whose_compiled_plan_failed_still_gets_a_compiled_choice():
             _plan("50%", 50, 45, 1.04, candidate=True)]
     compiled = [r for r in consistent_rows(rows) if r["method"] == "plan+compile*"]
     assert [(r["budget"], r["chosen"]) for r in compiled] == [("60%", "plan+compile@50%")]
+
+
+def test_each_plan_is_read_against_the_anchor_of_its_own_profile():
+    kept_s = {("plan", None): 1.0, ("plan+compile", "inductor"): 0.5,
+              ("plan+compile", "contiguous"): 1.0}
+    infos = {"eager": {"method": "eager"},
+             "plan+compile@keep/inductor": {"method": ANCHOR, "anchors": "plan+compile",
+                                            "layout": "inductor"},
+             "plan+compile@keep/contiguous": {"method": ANCHOR, "anchors": "plan+compile",
+                                              "layout": "contiguous"},
+             "compile@1": {"method": "compile", "budget": 1.0}}
+    times = {"eager": 1.2, "plan+compile@keep/inductor": 0.5,
+             "plan+compile@keep/contiguous": 0.75, "compile@1": 0.45}
+    drift = drifts(kept_s, infos, times)
+    assert drift == {("plan", None): ("eager", 1.2),
+                     ("plan+compile", "inductor"): ("plan+compile@keep/inductor", 1.0),
+                     ("plan+compile", "contiguous"): ("plan+compile@keep/contiguous", 0.75)}
+    contiguous = _plan("60%", 60, 50, 0.9, layout="contiguous", pred_time_s=1.2)
+    assert anchored_error(contiguous, drift) == {
+        "drift_anchor": "plan+compile@keep/contiguous",
+        "pred_err_drift_corrected": pytest.approx(0.0)}    # 1.2 x 0.75 = 0.9
+    eager = _plan("60%", 60, 50, 1.5, pred_time_s=1.0)
+    eager.update(method="plan")
+    assert anchored_error(eager, drift)["pred_err_drift_corrected"] == pytest.approx(-0.2)
+
+
+def test_a_plan_whose_anchor_was_not_measured_leaves_the_corrected_bar_unread():
+    infos = {"plan+compile@keep/contiguous": {"method": ANCHOR, "anchors": "plan+compile",
+                                              "layout": "contiguous"}}
+    drift = drifts({("plan+compile", "contiguous"): 0.8}, infos, {})   # its timing failed
+    row = _plan("60%", 60, 50, 0.9, layout="contiguous", pred_time_s=0.9)
+    row.update(anchored_error(row, drift))
+    assert row["drift_anchor"] is None and row["pred_err_drift_corrected"] is None
+    rows = [_row("compile@1", "compile", 100, 1.0, budget=1.0), row]
+    assert verdicts(rows)["m"]["max_abs_pred_err_drift_corrected"] is None
+    row.update(pred_err_drift_corrected=-0.05)
+    assert verdicts(rows)["m"]["max_abs_pred_err_drift_corrected"] == 0.05
