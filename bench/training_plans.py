@@ -29,15 +29,16 @@ the same run:
   then compiled with autosched.torch.backend on that library:
   plan+kernels@p  our plan solved on a profile compiled on the kernels, compiled on them
   kernels+partitioner@b  the kernels and AOTAutograd's partitioner at budget b
-* plan+compile@keep/L  every layer kept, compiled as the compiled profile of layout L
-                  timed it (plan+kernels@keep/L likewise): the anchor its plans are read
+* plan@keep, plan+compile@keep/L  every layer kept, as the eager profile timed it,
+                  and compiled as the compiled profile of layout L timed it
+                  (plan+kernels@keep/L likewise): the anchors their plans are read
                   against for the machine's drift since profiling (below)
 * plan*@p, plan+compile*@p  the measured choice (measured_choice.py): at each budget the
                   fastest eager plan that fits it, and the fastest compiled candidate
                   (plan+compile, memeff+partitioner, plan+kernels, kernels+partitioner,
                   or compile@b itself: the choice is never slower than the partitioner)
-                  that fits it; chosen on the first half of the timing rounds, reported on
-                  the second
+                  that fits it; chosen on the odd timing rounds, reported on the even
+                  ones
 
 Per point: saved-activation bytes (saved-tensor hooks around one forward: they see the
 compiled graph's saved tensors too), the median step time over interleaved rounds, the
@@ -49,8 +50,8 @@ table reports, per plan+compile point, its time over torch.compile's fastest poi
 equal or lower saved bytes; and the bars: saved bytes within budget, prediction within
 10%, no plan slower than the plan for a smaller budget. A prediction is read twice: as it
 is, and with the drift since profiling taken out (its time scaled by its anchor's
-measured time over the all-kept step its profile predicted: eager for eager plans, the
-anchor of its own layout for compiled ones). On the shared 2-core VM the same model's
+measured time over the all-kept step its profile predicted: plan@keep for eager plans,
+the anchor of its own layout for compiled ones). On the shared 2-core VM the same model's
 step moves by half within minutes (ResNet shape, eager: 28.6, 42.3 and 30.6 ms over one
 run of 240 rounds), so an absolute prediction carries the machine's state at profiling.
 Compiling takes most of the run (about 25 s a point on two cores).
@@ -209,8 +210,8 @@ def main(argv=None) -> int:
                          "OpenMP barriers)")
     ap.add_argument("--repeats", type=int, default=5, help="profile runs per layer and action")
     ap.add_argument("--rounds", type=int, default=40,
-                    help="interleaved timing rounds: choices use the first half, the "
-                         "report the second")
+                    help="interleaved timing rounds: choices use the odd ones, the "
+                         "report the even ones")
     ap.add_argument("--steps", type=int, default=1,
                     help="steps per point a round (one: a burst of outside load lasting "
                          "a round reaches one sample of each point, not several)")

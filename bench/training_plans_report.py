@@ -29,13 +29,13 @@ def drifts(kept_s: dict, infos: dict, times: dict) -> dict:
     its profile predicted)}: how much faster or slower the machine ran since each
     profile was taken (on the shared VM its speed moves by half within minutes).
     kept_s: {(plan method, layout): predicted all-kept step} (eager plans: ("plan",
-    None)); infos: {point: info}; times: {point: measured seconds}. Eager plans are read
-    against the eager model, compiled ones against the all-kept model compiled as their
-    own profile timed it (the ANCHOR points)."""
+    None)); infos: {point: info}; times: {point: measured seconds}. Plans are read
+    against the all-kept model built as their own profile timed it (the ANCHOR points:
+    eager ones against the model with every layer kept, compiled ones against that
+    compiled under their layout)."""
     out = {}
     for point, info in infos.items():
-        key = (("plan", None) if info["method"] == "eager" else
-               (info["anchors"], info["layout"]) if info["method"] == ANCHOR else None)
+        key = (info["anchors"], info["layout"]) if info["method"] == ANCHOR else None
         if key in kept_s and point in times:
             out[key] = (point, times[point] / kept_s[key])
     return out
@@ -52,7 +52,7 @@ def anchored_error(row, drift: dict) -> dict:
 
 
 def consistent_rows(rows) -> list[dict]:
-    """The measured choice per budget, as extra rows, made on the first half of the rounds:
+    """The measured choice per budget, as extra rows, made on the odd rounds:
     `plan*` the fastest eager plan that fits (pareto_consistent), `plan+compile*` the
     fastest compiled candidate that fits (our compiled plans, those made only as
     candidates among them, memeff+partitioner and the partitioner alone; the row's

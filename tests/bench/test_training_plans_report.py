@@ -60,19 +60,20 @@ def test_a_budget_whose_compiled_plan_failed_still_gets_a_compiled_choice():
     assert [(r["budget"], r["chosen"]) for r in compiled] == [("60%", "plan+compile@50%")]
 
 
-def test_each_plan_is_read_against_the_anchor_of_its_own_profile():
+def test_each_plan_is_read_against_the_all_kept_model_of_its_own_profile():
     kept_s = {("plan", None): 1.0, ("plan+compile", "inductor"): 0.5,
               ("plan+compile", "contiguous"): 1.0}
     infos = {"eager": {"method": "eager"},
+             "plan@keep": {"method": ANCHOR, "anchors": "plan", "layout": None},
              "plan+compile@keep/inductor": {"method": ANCHOR, "anchors": "plan+compile",
                                             "layout": "inductor"},
              "plan+compile@keep/contiguous": {"method": ANCHOR, "anchors": "plan+compile",
                                               "layout": "contiguous"},
              "compile@1": {"method": "compile", "budget": 1.0}}
-    times = {"eager": 1.2, "plan+compile@keep/inductor": 0.5,
+    times = {"eager": 1.3, "plan@keep": 1.2, "plan+compile@keep/inductor": 0.5,
              "plan+compile@keep/contiguous": 0.75, "compile@1": 0.45}
     drift = drifts(kept_s, infos, times)
-    assert drift == {("plan", None): ("eager", 1.2),
+    assert drift == {("plan", None): ("plan@keep", 1.2),
                      ("plan+compile", "inductor"): ("plan+compile@keep/inductor", 1.0),
                      ("plan+compile", "contiguous"): ("plan+compile@keep/contiguous", 0.75)}
     contiguous = _plan("60%", 60, 50, 0.9, layout="contiguous", pred_time_s=1.2)
