@@ -112,12 +112,8 @@ def build_points(model, inputs, loss_fn, profiles, kernels, tuned=None,
         _compiled_point(points, model, inputs, loss_fn, compiled_profs, spec,
                         parse_budget(spec, eager_prof.keep_saved_bytes), kernels, built,
                         candidate=True)
-    keep = ["keep"] * len(eager_prof.layers)
-    points["plan@keep"] = (apply_actions(
-        model, keep, eager_prof.containers, [layer.attention_cores for layer in eager_prof.layers],
-        kernels, fused_attention=[layer.fused_attention for layer in eager_prof.layers]),
-        {"method": ANCHOR, "anchors": "plan", "layout": None, "actions": keep})
-    families = [("plan+compile", compiled_profs, "inductor", built)]
+    families = [("plan", [eager_prof], None, {}),
+                ("plan+compile", compiled_profs, "inductor", built)]
     if tuned is not None:
         families.append(("plan+kernels", tuned_profs[0], tuned, built_on_kernels))
     for method, profs, backend, cache in families:
@@ -164,17 +160,24 @@ def _compiled_point(points, model, inputs, loss_fn, profiles, spec, budget, kern
 
 def _anchor_point(points, model, inputs, loss_fn, profile, kernels, backend, built,
                   method) -> None:
-    """Add the all-kept model compiled as `profile` timed it (its layout, layers and
-    backend; shared with a plan that keeps everything there): the point `method`'s plans
-    solved on that profile are read against for the machine's drift since profiling."""
+    """Add the all-kept model built as `profile` timed it (applied eagerly where
+    `backend` is None, else compiled on it under the profile's layout; shared with a
+    compiled plan that keeps everything there): the point `method`'s plans solved on
+    that profile are read against for the machine's drift since profiling."""
     keep = ["keep"] * len(profile.layers)
+    cores = [layer.attention_cores for layer in profile.layers]
+    fused = [layer.fused_attention for layer in profile.layers]
+    if backend is None:
+        points[f"{method}@keep"] = (
+            apply_actions(model, keep, profile.containers, cores, kernels,
+                          fused_attention=fused),
+            {"method": ANCHOR, "anchors": method, "layout": None, "actions": keep})
+        return
     key = (profile.layout, *keep)
     if key not in built:
         built[key] = run = compile_planned(
             model, keep, kernels, backend=backend, layers=profile.containers,
-            attention_cores=[layer.attention_cores for layer in profile.layers],
-            layout=profile.layout,
-            fused_attention=[layer.fused_attention for layer in profile.layers])
+            attention_cores=cores, layout=profile.layout, fused_attention=fused)
         training_step(run, inputs, loss_fn)
     points[f"{method}@keep/{profile.layout}"] = (
         built[key], {"method": ANCHOR, "anchors": method, "layout": profile.layout,

@@ -19,8 +19,8 @@ from autosched.runtime.units import format_bytes
 COMPILED_CANDIDATES = ("plan+compile", "memeff+partitioner", "plan+kernels",
                        "kernels+partitioner", "compile")
 COMPILED_PLANS = ("plan+compile", "plan+kernels")
-# the method of the all-kept models compiled as each compiled profile timed them: what
-# that profile's plans are read against for the machine's drift since profiling
+# the method of the all-kept models built as each profile timed them (eager, or compiled
+# under its layout): what that profile's plans are read against for the machine's drift
 ANCHOR = "anchor"
 
 
