@@ -1,7 +1,12 @@
 """The measured rows of bench/training_plans.py read against the issue's bars: the
 measured choice per budget (extra rows), the verdicts per model, the text table and the
-Pareto plot. Imported by training_plans.py; writes only what it is asked to."""
+Pareto plot. Imported by training_plans.py; writes only what it is asked to. Run as
+`python bench/training_plans_report.py RESULTS.json ...` it prints the verdicts of
+results files as this code reads them."""
 from __future__ import annotations
+
+import random
+import statistics
 
 import provenance
 
@@ -88,10 +93,13 @@ def verdicts(rows) -> dict:
     for name in sorted({r["model"] for r in rows}):
         mine = [r for r in rows if r["model"] == name]
         comp = [r for r in mine if r["method"] == "compile"]
-        ratios = {}
+        ratios, intervals = {}, {}
         for r in (r for r in mine if r["method"] == "plan+compile*"):
-            peers = [c["time_s"] for c in comp if c["saved"] <= r["saved"]]
-            ratios[r["budget"]] = r["time_s"] / min(peers) if peers else None
+            peers = [c for c in comp if c["saved"] <= r["saved"]]
+            peer = min(peers, key=lambda c: c["time_s"]) if peers else None
+            ratios[r["budget"]] = r["time_s"] / peer["time_s"] if peer else None
+            intervals[r["budget"]] = peer and ratio_interval(r["time_samples_s"],
+                                                             peer["time_samples_s"])
         plans = [r for r in mine if r["method"] in ("plan", *COMPILED_PLANS)]
         measured = {m: [MeasuredPlan(r["budget_bytes"], r["saved"], r["time_s"],
                                      tuple(r["time_samples_s"]))
@@ -100,6 +108,8 @@ def verdicts(rows) -> dict:
         chosen = [r for r in mine if r["method"] in ("plan*", "plan+compile*")]
         out[name] = {
             "ratio_vs_best_compile_at_equal_or_lower_saved": ratios,
+            # how far the machine's noise moves each ratio (ratio_interval)
+            "ratio_interval_90": intervals,
             "ratio_le_0.95_count": sum(1 for v in ratios.values() if v is not None and v <= .95),
             "ratio_all_le_1.02": all(v is not None and v <= 1.02 for v in ratios.values()),
             "all_fit": all(r["fits"] for r in plans + chosen),
@@ -117,6 +127,19 @@ def verdicts(rows) -> dict:
             "max_grad_rel_err": max(r["grad_rel_err"] for r in mine),
         }
     return out
+
+
+def ratio_interval(samples, peer_samples, draws: int = 2000, seed: int = 0) -> tuple:
+    """(5th, 95th) percentile of median(samples) / median(peer_samples) over bootstrap
+    resamples of each: how much of a ratio the timing noise alone could make (on the
+    shared VM two builds of one program have read 8% apart in the same rounds)."""
+    rng = random.Random(seed)
+
+    def median_of_resample(xs):
+        return statistics.median(rng.choices(xs, k=len(xs)))
+    ratios = sorted(median_of_resample(samples) / median_of_resample(peer_samples)
+                    for _ in range(draws))
+    return ratios[int(0.05 * draws)], ratios[int(0.95 * draws) - 1]
 
 
 def _max_abs(errors):
@@ -180,3 +203,29 @@ def plot(rows, path, stamp) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     provenance.write_sidecar(path, stamp)
+
+
+def main(argv) -> int:
+    """Print the verdicts of results files of bench/training_plans.py as this code reads
+    them (files written before a verdict existed get it too)."""
+    import json
+    import sys
+
+    if not argv:
+        print("usage: python bench/training_plans_report.py RESULTS.json ...", file=sys.stderr)
+        return 2
+    for path in argv:
+        try:
+            with open(path) as f:
+                rows = json.load(f)["rows"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"{path}: not a training_plans results file ({e})", file=sys.stderr)
+            return 2
+        print(f"{path}: {json.dumps(verdicts(rows), indent=1)}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -3,15 +3,19 @@ partitioner alone among them, and the ratio against torch.compile's best point a
 or lower saved bytes."""
 from __future__ import annotations
 
+import json
+import random
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
-import pytest  # noqa: E402
 from training_plans_report import (ANCHOR, anchored_error, consistent_rows,  # noqa: E402
-                                   drifts, verdicts)
+                                   drifts, ratio_interval, verdicts)
+from training_plans_report import main as report_main  # noqa: E402
 
 
 def _row(point, method, saved, time_s, **extra):
@@ -40,6 +44,8 @@ def test_the_choice_is_the_fastest_fitting_candidate_the_partitioner_alone_inclu
         "ratio_vs_best_compile_at_equal_or_lower_saved"]
     assert ratios["100%"] == 1.0
     assert ratios["50%"] == 1.05 / 1.40      # its peer: the best point saving <= 35
+    intervals = verdicts(rows + list(chosen.values()))["m"]["ratio_interval_90"]
+    assert intervals["50%"] == (1.05 / 1.40, 1.05 / 1.40)    # one sample each: no spread
 
 
 def test_a_candidate_plan_is_chosen_where_it_is_faster_but_gets_no_choice_of_its_own():
@@ -96,3 +102,25 @@ def test_a_plan_whose_anchor_was_not_measured_leaves_the_corrected_bar_unread():
     assert verdicts(rows)["m"]["max_abs_pred_err_drift_corrected"] is None
     row.update(pred_err_drift_corrected=-0.05)
     assert verdicts(rows)["m"]["max_abs_pred_err_drift_corrected"] == 0.05
+
+
+def test_the_ratio_interval_holds_what_the_noise_could_make_and_no_more():
+    rng = random.Random(1)
+    noisy = [1.0 + rng.uniform(-0.1, 0.1) for _ in range(20)]
+    low, high = ratio_interval(noisy, [2.0] * 20)
+    assert 0.45 <= low < 0.5 < high <= 0.55               # around 1.0 / 2.0, within the spread
+    assert ratio_interval(noisy, [2.0] * 20) == (low, high)   # seeded: the same every run
+    assert ratio_interval([3.0] * 5, [2.0] * 7) == (1.5, 1.5)
+
+
+def test_the_report_reads_a_results_file_and_refuses_what_is_not_one(tmp_path, capsys):
+    rows = [_row("compile@1", "compile", 100, 1.00, budget=1.0), _plan("100%", 100, 100, 0.9)]
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps({"rows": rows + consistent_rows(rows)}))
+    assert report_main([str(results)]) == 0
+    printed = json.loads(capsys.readouterr().out.split(": ", 1)[1])
+    assert printed["m"]["ratio_vs_best_compile_at_equal_or_lower_saved"] == {"100%": 0.9}
+    (tmp_path / "bad.json").write_text("[]")
+    assert report_main([str(tmp_path / "bad.json")]) == 2
+    assert report_main([]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 2     # one line each
