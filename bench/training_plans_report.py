@@ -5,8 +5,10 @@ Pareto plot. Imported by training_plans.py; writes only what it is asked to. Run
 results files as this code reads them."""
 from __future__ import annotations
 
+import json
 import random
 import statistics
+import sys
 
 import provenance
 
@@ -208,9 +210,6 @@ def plot(rows, path, stamp) -> None:
 def main(argv) -> int:
     """Print the verdicts of results files of bench/training_plans.py as this code reads
     them (files written before a verdict existed get it too)."""
-    import json
-    import sys
-
     if not argv:
         print("usage: python bench/training_plans_report.py RESULTS.json ...", file=sys.stderr)
         return 2
@@ -226,6 +225,4 @@ def main(argv) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main(sys.argv[1:]))
