@@ -37,31 +37,50 @@ class SearchStrategy(Protocol):
         """Learn from measured results (MeasureResult per candidate)."""
 
 
+def sketch_weights(space: SearchSpace, measured) -> dict[str, float]:
+    """How often to draw each sketch of `space`: its prior (`space.priors`) while it has
+    no measurements (no sketch in `measured`), then 1 (uniform: what was measured
+    decides, through the cost model and the race)."""
+    return {name: 1.0 if name in measured else prior for name, prior in space.priors.items()}
+
+
+def fresh_samples(space: SearchSpace, n: int, exclude: set[str], rng: random.Random,
+                  weights: dict[str, float] | None = None) -> list:
+    """Up to `n` distinct samples of `space` whose keys are not in `exclude`, their
+    sketches drawn in proportion to `weights` (uniformly when None)."""
+    out, seen = [], set(exclude)
+    for _ in range(n * _ATTEMPTS_PER_CANDIDATE):
+        if len(out) >= n:
+            break
+        try:
+            cand, mod = space.sample(rng, weights=weights)
+        except InvalidCandidate:
+            continue
+        if cand.key in seen:
+            continue
+        seen.add(cand.key)
+        out.append((cand, mod))
+    return out
+
+
 class RandomSearch:
-    """Uniform samples from the space, de-duplicated against everything measured."""
+    """Random samples from the space, de-duplicated against everything measured: each
+    sketch drawn in proportion to its prior until it has measurements, uniformly after
+    (`sketch_weights`), and its decisions uniformly."""
 
     cost_model = None
 
+    def __init__(self):
+        self._measured: set[str] = set()  # the sketches with a measurement in this run
+
     def seed_candidates(self, candidates) -> None:
-        return None  # uniform sampling has no use for a warm start
+        return None  # random sampling has no use for a warm start
 
     def propose(self, space, n, exclude, rng):
-        out, seen = [], set(exclude)
-        for _ in range(n * _ATTEMPTS_PER_CANDIDATE):
-            if len(out) >= n:
-                break
-            try:
-                cand, mod = space.sample(rng)
-            except InvalidCandidate:
-                continue
-            if cand.key in seen:
-                continue
-            seen.add(cand.key)
-            out.append((cand, mod))
-        return out
+        return fresh_samples(space, n, exclude, rng, sketch_weights(space, self._measured))
 
     def update(self, space, candidates, mods, results):
-        return None
+        self._measured.update(c.sketch for c in candidates)
 
 
 class EvolutionarySearch:
@@ -82,6 +101,12 @@ class EvolutionarySearch:
     sketches differ in size lets the model, trained on the first few results, keep
     mutating the sketch it has seen most and never measure the good decisions of another
     (a matmul's register-blocked micro-kernels, one measurement in 64).
+
+    Until a sketch has measurements in this run, fresh samples draw it in proportion to
+    its prior (`SearchSpace.priors`, uniform unless the rule set says otherwise), and a
+    batch too small for every sketch's leader takes the highest prior's first: with an
+    untrained model (all scores tie) that is what shapes a first round, e.g. mostly
+    tensor-core candidates for a 16-bit GEMM while the SIMT sketches still get measured.
     """
 
     def __init__(self, cost_model: CostModel, population: int = 64, generations: int = 4,
@@ -116,8 +141,8 @@ class EvolutionarySearch:
             population = self._next_generation(space, population, rng, visited)
         n_random = min(n, int(round(self.epsilon * n)))
         picks = self._best_unseen(space, visited, n - n_random, taken, rng)
-        picks += RandomSearch().propose(space, n - len(picks), taken | {c.key for c, _ in picks},
-                                        rng)
+        picks += fresh_samples(space, n - len(picks), taken | {c.key for c, _ in picks}, rng,
+                               self.sketch_weights(space))
         self._proposed.update(c.key for c, _ in picks)
         return picks
 
@@ -144,8 +169,8 @@ class EvolutionarySearch:
                 visited[got[0].key] = got
                 pop.append(got)
         pop = pop[: self.population // 2]  # leave room for diversity
-        for cand, mod in RandomSearch().propose(space, self.population - len(pop),
-                                                set(visited), rng):
+        for cand, mod in fresh_samples(space, self.population - len(pop), set(visited), rng,
+                                       self.sketch_weights(space)):
             visited[cand.key] = (cand, mod)
             pop.append((cand, mod))
         return pop
@@ -179,6 +204,11 @@ class EvolutionarySearch:
             nxt.append(child)
         return nxt
 
+    def sketch_weights(self, space) -> dict[str, float]:
+        """How often fresh samples draw each sketch: by the space's priors until the
+        sketch has measurements in this run (`sketch_weights`)."""
+        return sketch_weights(space, self._by_sketch)
+
     def in_race(self, sketch: str) -> bool:
         """Whether `sketch` still gets a measurement in every batch (see the class doc)."""
         medians = self._by_sketch.get(sketch, [])
@@ -198,6 +228,10 @@ class EvolutionarySearch:
             if sketch not in racing and self.in_race(sketch):
                 racing.add(sketch)
                 leaders.append(i)
+        # a batch too small for every sketch's leader takes the unmeasured sketches of
+        # the highest prior first (stable: by score among equals)
+        weights = self.sketch_weights(space)
+        leaders.sort(key=lambda i: -weights[pool[i][0].sketch])
         leaders = leaders[: max(1, n // 2)] if len(racing) > 1 else []
         rest = [i for i in order if i not in set(leaders)]
         return [pool[i] for i in (leaders + rest)[:n]]

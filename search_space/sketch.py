@@ -12,12 +12,18 @@ class Sketch(Protocol):
 
     A sketch with `math_variants` true also schedules the task's fast-math form (see
     `fast_math.py`) when the `fast_math` decision picks it; SearchSpace makes that
-    decision before `apply`, for programs that call float32 exp or tanh. Rule sets'
-    sketches subclass this class and so inherit the defaults (False; `program` keeps
-    the task's computation)."""
+    decision before `apply`, for programs that call float32 exp or tanh.
+
+    `prior` is the rule set's belief, before anything is measured, in how often this
+    sketch's candidates are worth measuring, relative to the task's other sketches
+    (`SearchSpace.priors`): a search draws sketches in proportion to it while a sketch
+    has no measurements, then lets the measurements decide. Rule sets' sketches subclass
+    this class and so inherit the defaults (False; 1.0, uniform; `program` keeps the
+    task's computation)."""
 
     name: str
     math_variants: bool = False
+    prior: float = 1.0
 
     def program(self, func, decide: Decider):
         """The computation this sketch schedules: the task's own PrimFunc `func` by

@@ -35,6 +35,11 @@ class SearchSpace:
         self.sketches: dict[str, Sketch] = {s.name: s for s in rules.sketches(task, target)}
         if not self.sketches:
             raise ValueError(f"no sketch applies to {task.name} on {target.kind}")
+        # each sketch's prior weight (Sketch.prior): how often a search draws it while
+        # the sketch has no measurements; all equal (uniform) unless the rules say so
+        self.priors: dict[str, float] = {n: float(s.prior) for n, s in self.sketches.items()}
+        if not all(w > 0 for w in self.priors.values()):
+            raise ValueError(f"sketch priors must be positive: {self.priors}")
         # per computation a sketch schedules (the task's, or a sketch's rewrite of it):
         # that computation and its form with vectorisable float32 exp / tanh (None
         # when it has neither), by id; the computation is held so its id stays unique
@@ -92,12 +97,15 @@ class SearchSpace:
             raise InvalidCandidate(f"decisions not used by sketch {cand.sketch}: {sorted(extra)}")
         return mod
 
-    def sample(self, rng: random.Random, sketch: str | None = None) -> tuple[Candidate, object]:
-        """A random valid candidate and its module (retries past refused decisions)."""
+    def sample(self, rng: random.Random, sketch: str | None = None,
+               weights: dict[str, float] | None = None) -> tuple[Candidate, object]:
+        """A random valid candidate and its module (retries past refused decisions), of
+        `sketch`, or of a sketch drawn uniformly or, with `weights` (sketch name ->
+        relative weight, e.g. `priors`), in proportion to its weight."""
         last = None
         for _ in range(_MAX_SAMPLE_TRIES):
             names = [sketch] if sketch else self._sampled_sketches()
-            name = rng.choice(names)
+            name = _draw(names, weights, rng)
             decide = Decider(rng=rng, strict=False)
             try:
                 mod = self._schedule(self.sketches[name], decide)
@@ -178,6 +186,15 @@ class SearchSpace:
     def default_candidate(self) -> Candidate | None:
         """The candidate equal to the unscheduled build, when the rule set has one."""
         return Candidate("default") if "default" in self.sketches else None
+
+
+def _draw(names: list[str], weights: dict[str, float] | None, rng: random.Random) -> str:
+    """One of `names`, in proportion to `weights` (absent names weigh 1); equal weights
+    draw exactly as `rng.choice` does, so a uniform prior changes no seeded sample."""
+    w = [1.0 if weights is None else float(weights.get(n, 1.0)) for n in names]
+    if len(set(w)) <= 1:
+        return rng.choice(names)
+    return rng.choices(names, weights=w)[0]
 
 
 def generate_space(task, target) -> SearchSpace:

@@ -13,6 +13,13 @@ Sketches (each schedules every block of the task, so every candidate is valid CU
 - `rows` / `rows_fused` (`reduction.py`): cross-thread reduction for row reductions
   (softmax, norms), as separate kernels or fused into the output kernel, when the task
   has them.
+
+Every sketch has the uniform prior (`Sketch.prior`) except `tensor_core`: where it
+applies, the same GEMM on the SIMT sketches runs on the FP32 pipes at a small fraction of
+the tensor cores' throughput, so a search draws it several times as often as
+each other sketch until it has measurements (`TensorCoreSketch.prior`). A first round is then mostly tensor-core
+candidates while the SIMT sketches still get measured (and the race keeps one candidate
+of each in every batch).
 """
 from __future__ import annotations
 
@@ -22,7 +29,6 @@ from .limits import GpuLimits, check_module
 from .reduction import FusedRowReductionSketch, RowReductionSketch, fusion_plan
 from .tensor_core import TensorCoreSketch, tensor_core_blocks
 from .tiling import TiledGpuSketch, can_tile
-
 
 class CudaRules:
     """The CUDA rule set (see the module docstring)."""

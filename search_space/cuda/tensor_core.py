@@ -139,6 +139,10 @@ class TensorCoreSketch(Sketch):
     the other blocks are inlined or bound as in the other sketches."""
 
     name = "tensor_core"
+    # where it applies, the same GEMM on the SIMT sketches runs on the FP32 pipes at a
+    # small fraction of the tensor cores' throughput: a search draws it this many times
+    # as often as each other sketch until it has measurements (see rules.py)
+    prior = 4.0
 
     def __init__(self, limits: GpuLimits, target, realization: Realization = GPU):
         self.limits = limits

@@ -46,10 +46,14 @@ def test_every_sketch_emulates_correctly(small_tasks, cuda_target, cuda_emulator
                                          distinct_samples, workload):
     task = small_tasks[workload]
     space = _space(task, cuda_target)
+    checked = 0
     for sketch in sorted(space.sketches):
         for cand, mod in distinct_samples(space, 2, seed=5, sketch=sketch):
             if space.check(mod) is None:
                 _check(task, cand, mod, cuda_target, cuda_emulator, reference)
+                checked += 1
+    # two samples of every sketch, one of the decision-free default; all fit these shapes
+    assert checked == 2 * len(space.sketches) - 1
 
 
 def test_emulator_runs_warp_shuffles(cuda_emulator):

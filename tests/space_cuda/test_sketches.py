@@ -57,6 +57,7 @@ def test_mutation_keeps_sketch_and_validity(space_of, distinct_samples, workload
 
     space = space_of(workload)
     rng = random.Random(3)
+    mutated = 0
     for cand, _ in distinct_samples(space, 6, seed=11):
         if not cand.decisions:
             continue
@@ -65,6 +66,10 @@ def test_mutation_keeps_sketch_and_validity(space_of, distinct_samples, workload
         assert set(mutant.values()) == set(cand.values())
         assert structural_equal(space.apply(mutant), mod)
         assert space.check(mod) is None, mutant.dumps()
+        mutated += 1
+    # six distinct samples, of which only the decision-free default (drawn at most once;
+    # never once the shared space has seen it) cannot mutate
+    assert mutated >= 5
 
 
 def test_decisions_are_named_after_blocks_and_variables(space_of, distinct_samples):
