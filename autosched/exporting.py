@@ -4,15 +4,27 @@ Nothing is measured: each best record's candidate is replayed through the search
 (exactly the schedule that was measured) and compiled into one library; a CUDA library
 holds device code for the target's arch (see `measure/cuda_compile.py`), and its
 manifest says how it was made (`"cuda": {"arch", "binary", "compiler"}`). Only records
-for this target, this hardware and compatible versions are used (the database filters).
+of this target and compatible versions are used (the database filters).
+
+Whose measurements (`choose_records`): by default this machine's. A build host often
+has none (no GPU there): when exactly one other machine measured a task on this target,
+its records are taken and that is said in one line; when several did, export stops and
+names them, and `hardware=` (`--hardware KEY_OR_NAME`: a hardware key or its first
+characters, or the GPU / CPU name) picks one. For cuda, "this target" on another machine
+is the same config apart from the limits a GPU sets (`target.CONFIG_FROM_GPU`): the GPU's
+records carry its own limits, and the library is compiled with the config they were
+measured under. The manifest names the machine (`hardware`, and each kernel's
+`hardware_key`).
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
+from typing import Callable
 
 from search_space import SPACE_VERSION, Candidate, InvalidCandidate, generate_space
 
@@ -32,10 +44,13 @@ class KernelChoice:
     candidate: dict
     record_id: int | None = None
     latency_s: float | None = None
+    hardware_key: str | None = None  # the machine that measured it, and its fingerprint
+    hardware: dict | None = None
 
     @staticmethod
     def of_record(record) -> "KernelChoice":
-        return KernelChoice(record.candidate, record.id, record.latency)
+        return KernelChoice(record.candidate, record.id, record.latency,
+                            record.hardware_key, dict(record.hardware))
 
 
 def kernel_symbols(tasks) -> list[str]:
@@ -46,16 +61,111 @@ def kernel_symbols(tasks) -> list[str]:
     return [t.workload if counts[t.workload] == 1 else f"{t.workload}__{t.key[:8]}" for t in tasks]
 
 
-def _best_records(db, tasks, target, versions):
-    records = []
-    for task in tasks:
+def machine_label(fingerprint: dict, hardware_key: str) -> str:
+    """How a message names a machine: its GPU or CPU name and hardware key."""
+    name = fingerprint.get("name") or fingerprint.get("model") or "unnamed machine"
+    return f"{name} (hardware {hardware_key})"
+
+
+def _same_target(target, target_key: str) -> bool:
+    """Whether records of `target_key` are of `target` (on whichever machine)."""
+    if target_key == target.key:
+        return True
+    if target.kind != "cuda":
+        return False
+    from .target import CONFIG_FROM_GPU
+
+    try:
+        config = json.loads(target_key)
+    except json.JSONDecodeError:
+        return False
+    mine = {k: v for k, v in target.config.items() if k not in CONFIG_FROM_GPU}
+    return isinstance(config, dict) and \
+        {k: v for k, v in config.items() if k not in CONFIG_FROM_GPU} == mine
+
+
+def _machines(db, task, target, versions) -> dict:
+    """(hardware key, target key) -> fingerprint of every machine with a correct record
+    of `task` on `target` (see `_same_target`) under compatible versions."""
+    from .db import compatible_versions
+
+    found: dict = {}
+    for rec in db.iter_records(task_key=task.key, ok_only=True):
+        if _same_target(target, rec.target_key) and compatible_versions(rec.versions,
+                                                                        versions):
+            found.setdefault((rec.hardware_key, rec.target_key), rec.hardware)
+    return found
+
+
+def _named(hardware: str, key: str, fingerprint: dict) -> bool:
+    text = hardware.strip().lower()
+    names = {str(fingerprint.get(f, "")).lower() for f in ("name", "model")} - {""}
+    return text in names or (len(text) >= 4 and key.startswith(text))
+
+
+def _labels(machines: dict) -> str:
+    """The machines of `_machines`, each with its target config where they differ."""
+    several_targets = len({tk for _, tk in machines}) > 1
+    return "; ".join(machine_label(fp, hw) + (f" for target {tk}" if several_targets else "")
+                     for (hw, tk), fp in sorted(machines.items()))
+
+
+def choose_records(db, tasks, target, versions, hardware: str | None = None,
+                   say: Callable[[str], None] = lambda line: None) -> list:
+    """The best record of each task: this machine's, or the machine `hardware` names,
+    or the one other machine that measured it (said through `say`). A UserError when
+    there is none, or when the choice is not clear (several machines: named)."""
+    return [_choose(db, task, target, versions, hardware, say) for task in tasks]
+
+
+def _choose(db, task, target, versions, hardware, say):
+    if hardware is None:
         rec = db.best(task.key, target.key, target.hardware_key, versions)
-        if rec is None:
-            raise UserError(f"no valid record for {task.name} on this {target.kind} target and "
-                            f"machine in {db.url}; "
+        if rec is not None:
+            return rec
+    machines = _machines(db, task, target, versions)
+    where = f"{task.name} on this {target.kind} target in {db.url}"
+    if hardware is not None:
+        picked = {m: fp for m, fp in machines.items() if _named(hardware, m[0], fp)}
+        if not picked:
+            others = f"machines with records: {_labels(machines)}" if machines else \
+                "no machine has one; run `autosched tune` first"
+            raise UserError(f"--hardware {hardware}: no valid record of {where} from that "
+                            f"machine; {others}")
+    else:
+        picked = machines
+        if not picked:
+            raise UserError(f"no valid record for {where} from this machine or another; "
                             "run `autosched tune` first")
-        records.append(rec)
-    return records
+    if len(picked) > 1 and hardware is None:
+        raise UserError(f"no valid record for {where} from this machine, and "
+                        f"{len(picked)} other machines measured it: {_labels(picked)}; "
+                        "choose one with --hardware KEY_OR_NAME")
+    if len(picked) > 1:
+        raise UserError(f"--hardware {hardware}: {len(picked)} machines match for {where}: "
+                        f"{_labels(picked)}; name one by its hardware key")
+    ((hw, tk), fingerprint), = picked.items()
+    rec = db.best(task.key, tk, hw, versions)
+    if hw != target.hardware_key:
+        say(f"{task.name}: records of {machine_label(fingerprint, hw)}, measured on "
+            "another machine")
+    return rec
+
+
+def _records_target(target, records):
+    """The target the chosen records were measured under: `target` itself, or for cuda
+    records of another GPU, the config with that GPU's limits (one for the library)."""
+    keys = {r.target_key for r in records}
+    if keys == {target.key}:
+        return target
+    if len(keys) > 1:
+        raise UserError("the chosen records were measured under different target configs "
+                        f"({', '.join(sorted(keys))}); export them one machine at a time "
+                        "with --hardware")
+    from .target import TargetSpec
+
+    return TargetSpec(target.kind, json.loads(keys.pop()), target.fingerprint,
+                      target.has_local_device)
 
 
 def _scheduled_func(task, target, choice: KernelChoice, symbol):
@@ -75,16 +185,29 @@ def build_manifest(tasks, choices, symbols, target, versions, metas) -> dict:
             "task_key": task.key, "inputs": [s.to_json() for s in task.inputs],
             "outputs": [s.to_json() for s in task.outputs], "record_id": choice.record_id,
             "latency_s": choice.latency_s, "flops": task.flops, "candidate": choice.candidate,
-            "meta": meta})
+            "hardware_key": choice.hardware_key, "meta": meta})
     return {"format": MANIFEST_FORMAT, "library": LIBRARY_NAME, "target": target.config,
-            "target_key": target.key, "hardware": target.fingerprint, "versions": versions,
-            "kernels": kernels}
+            "target_key": target.key, "hardware": _measuring_machine(choices, target),
+            "versions": versions, "kernels": kernels}
+
+
+def _measuring_machine(choices, target) -> dict:
+    """The fingerprint of the machine that measured every chosen kernel (records of
+    another machine: that one's); this machine's when they are not all of one."""
+    machines = {c.hardware_key: c.hardware for c in choices if c.hardware_key}
+    if len(machines) == 1 and len([c for c in choices if c.hardware_key]) == len(choices):
+        (fingerprint,) = machines.values()
+        return dict(fingerprint or {})
+    return target.fingerprint
 
 
 def export_tasks(tasks, target_text: str, out_dir: str, db_url: str | None = None,
-                 metas: list[dict] | None = None) -> str:
+                 metas: list[dict] | None = None, hardware: str | None = None,
+                 say: Callable[[str], None] | None = None) -> str:
     """Build the library for `tasks`; returns the manifest path. The output directory is
-    replaced atomically: a failure leaves any previous library untouched."""
+    replaced atomically: a failure leaves any previous library untouched. Whose records
+    are used: see `choose_records` (`hardware`, and `say` for the line that says another
+    machine's are taken; default: standard error)."""
     from .db import DEFAULT_DB_URL, open_database
     from .target import resolve_target
     from .validation import check_tasks
@@ -94,11 +217,15 @@ def export_tasks(tasks, target_text: str, out_dir: str, db_url: str | None = Non
     versions = current_versions(SPACE_VERSION)
     db = open_database(db_url or DEFAULT_DB_URL)
     try:
-        records = _best_records(db, tasks, target, versions)
+        records = choose_records(db, tasks, target, versions, hardware, say or _stderr)
     finally:
         db.close()
-    return write_library(tasks, [KernelChoice.of_record(r) for r in records], target,
-                         out_dir, metas)
+    return write_library(tasks, [KernelChoice.of_record(r) for r in records],
+                         _records_target(target, records), out_dir, metas)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 def write_library(tasks, choices: list[KernelChoice], target, out_dir: str,
@@ -182,12 +309,15 @@ def _replace_dir(staging: str, out_dir: str) -> None:
 
 def export(op_file: str, target: str, out_dir: str, db_url: str | None = None,
            workloads: list[str] | None = None, args: list[str] | None = None,
-           load_timeout_s: float | None = None) -> str:
+           load_timeout_s: float | None = None, hardware: str | None = None,
+           say: Callable[[str], None] | None = None) -> str:
     """`autosched export`: best records of the selected workloads -> a kernel library.
-    `load_timeout_s` limits loading the op file (None: the loader's default)."""
+    `load_timeout_s` limits loading the op file (None: the loader's default); `hardware`
+    and `say`: see `export_tasks`."""
     from .workload import LOAD_TIMEOUT_S, load_instances, make_task
 
     timeout = LOAD_TIMEOUT_S if load_timeout_s is None else load_timeout_s
     pairs = load_instances(op_file, workloads, args, timeout)
     tasks = [make_task(d, a, timeout) for d, a in pairs]
-    return export_tasks(tasks, target, out_dir, db_url, [d.meta for d, _ in pairs])
+    return export_tasks(tasks, target, out_dir, db_url, [d.meta for d, _ in pairs],
+                        hardware, say)

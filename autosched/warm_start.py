@@ -18,6 +18,11 @@ Every record is replayed in its task's space to get its program (milliseconds a 
 so at most `RecordBudget.max_records` (TuneConfig.transfer_records) are used, shared
 evenly by the similar shapes (more shapes beat more records of fewer shapes, commit
 639137e), at most `per_task` and at least `min_per_task` each, newest first.
+
+Where the database gives nothing to learn from (a first run on a GPU), the shipped
+model of the target's family is loaded instead, when there is one
+(`shipped_models.py`; the folder is `TuneConfig.shipped_models`, the package's own by
+default).
 """
 from __future__ import annotations
 
@@ -77,11 +82,22 @@ def similar_groups(tasks, db, target, versions, known_tasks: list[dict],
 
 def warm_start(model, tasks, db, target, versions, known_tasks,
                budget: RecordBudget = RecordBudget(),
-               space_factory=generate_space) -> WarmStart | None:
+               space_factory=generate_space, shipped_dir: str | None = None):
     """Give `model` (the CostModel shared by the run's strategies) the similar tasks'
-    records as training groups, switched to the transfer settings, and train it; None
-    when there are none or they carry no ranking signal. Records replay in the spaces
-    `space_factory(task, target)` makes (the run's own)."""
+    records as training groups, switched to the transfer settings, and train it. Records
+    replay in the spaces `space_factory(task, target)` makes (the run's own). When there
+    are none or they carry no ranking signal, the shipped model of the target's family
+    in `shipped_dir` (None: the package's) is loaded instead: a ShippedWarmStart. None
+    when neither applies."""
+    from .shipped_models import load_shipped
+
+    learned = _from_database(model, tasks, db, target, versions, known_tasks, budget,
+                             space_factory)
+    return learned or load_shipped(model, target, tasks, shipped_dir)
+
+
+def _from_database(model, tasks, db, target, versions, known_tasks, budget,
+                   space_factory) -> WarmStart | None:
     groups = similar_groups(tasks, db, target, versions, known_tasks, budget)
     if not groups:
         return None
