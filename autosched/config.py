@@ -37,14 +37,24 @@ class TuneConfig:
     # other shapes of the same workloads (see warm_start.py)
     transfer: bool = True
     transfer_records: RecordBudget = field(default_factory=RecordBudget)
+    # where the shipped cost models are looked up when the database gives no warm start
+    # (shipped_models.py); None: the package's autosched/cost_models/
+    shipped_models: str | None = None
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     # failure kinds whose records for the tuned tasks are measured again and replaced
     # (`--retry-failures`, after the environment was fixed)
     retry_failures: tuple[str, ...] = ()
+    # wall-clock seconds for the run (`--time-budget`; None: no limit): once spent, no
+    # batch starts, and the result says so (`TuneResult.stopped`, `out_of_time`)
+    time_budget_s: float | None = None
 
     def __post_init__(self):
         if self.trials < 0:
             raise UserError(f"--trials must be >= 0, got {self.trials}")
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise UserError(f"--time-budget must be > 0 seconds, got {self.time_budget_s:g}")
+        if self.measure.build_workers < 1:
+            raise UserError(f"--build-workers must be >= 1, got {self.measure.build_workers}")
         if self.batch_size < 1:
             raise UserError(f"batch size must be >= 1, got {self.batch_size}")
         unknown = sorted(set(self.retry_failures) - set(FAILURE_KINDS))

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from search_space import SPACE_VERSION, Candidate, SearchSpace, generate_space
 
@@ -18,7 +20,7 @@ from .config import TuneConfig
 from .db import make_record, open_database
 from .errors import BudgetExhausted, InfrastructureError, UserError
 from .measure import MeasureInput, MeasureResult
-from .measure.base import Measurer
+from .measure.base import Measurer, measure_chunks
 from .measure.bundle_runner import BundleMeasurer, RoundPending
 from .measure.factory import make_measurer
 from .search import SearchStrategy
@@ -56,7 +58,9 @@ class TuneResult:
     db_url: str | None          # None for a dry run (no database is opened)
     target: TargetSpec
     stopped: str | None = None  # why the run ended before its budget (no RPC server left,
-    #                             a fault of the machine: its cause and remedy)
+    #                             a fault of the machine: its cause and remedy; or the time
+    #                             budget: "time budget of 60 s spent after 37 of 100 trials")
+    out_of_time: bool = False   # `stopped` by `TuneConfig.time_budget_s`: a normal end
     warm_start: object = None   # WarmStart: what the cost model learned before the run
     dry_run: list | None = None  # DryRunReport per task, for `TuneConfig.dry_run`
     bundle: str | None = None   # `--runner bundle:DIR`: the round written, or what to do next
@@ -95,9 +99,13 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
                measurer: Measurer | None = None,
                space_factory: Callable[[object, TargetSpec], SearchSpace] = generate_space,
                strategy_factory: Callable[[], SearchStrategy] | None = None,
-               weights: list[float] | None = None) -> TuneResult:
+               weights: list[float] | None = None,
+               clock: Callable[[], float] = time.monotonic) -> TuneResult:
     """Tune `tasks` under `config`. `weights` (default: 1 each) say how often each task's
-    kernel runs, say per model step: the task scheduler aims at the weighted sum. The parts of the loop can be given instead of made
+    kernel runs, say per model step: the task scheduler aims at the weighted sum.
+    `config.time_budget_s` counts from this call on `clock` (seconds): once spent, no
+    batch starts (the one running finishes and is recorded) and `TuneResult.stopped`
+    says so, with `out_of_time` set. The parts of the loop can be given instead of made
     from the config: `measurer` (default: `make_measurer(config.measure, config.runner,
     config.work_dir)`, closed at the end; a given one stays open, its owner closes it),
     `space_factory(task, target)` (default: our rules, `generate_space`) and
@@ -107,6 +115,7 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
     With a bundle (`--runner bundle:DIR`, see `measure/bundle_runner.py`) the results
     measured into DIR are recorded first, then the next round is built into DIR within
     what is left of `config.trials`: `TuneResult.bundle` says what to run next."""
+    deadline = None if config.time_budget_s is None else clock() + config.time_budget_s
     target = resolve_target(config.target)
     check_tasks(tasks, target)  # bad input stops here: nothing opened, nothing built
     if config.dry_run:
@@ -143,11 +152,13 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
             cb.on_start(states, budget)
         _learn_imported(states, imported, learned, callbacks)
         try:
-            _loop(states, config, budget, target, versions, db, measurer,
-                  TaskScheduler(len(states), weights), callbacks)
+            result.stopped = _loop(states, config, budget, target, versions, db, measurer,
+                                   TaskScheduler(len(states), weights), callbacks,
+                                   lambda: deadline is not None and clock() >= deadline)
+            result.out_of_time = result.stopped is not None
         except (BudgetExhausted, InfrastructureError) as e:
             result.stopped = str(e)  # committed chunks stay, the one in flight is dropped
-        if bundle is not None and result.stopped is None:
+        if bundle is not None and (result.stopped is None or result.out_of_time):
             result.bundle = bundle.finish_round(tasks, target, versions, config.trials)
         for cb in callbacks:
             cb.on_end(result)
@@ -196,7 +207,7 @@ def _warm_start(states, config: TuneConfig, db, target, versions, known_tasks, s
 
     (model,) = models.values()
     return warm_start(model, [s.task for s in states], db, target, versions, known_tasks,
-                      config.transfer_records, space_factory)
+                      config.transfer_records, space_factory, config.shipped_models)
 
 
 _SIMILAR_PER_TASK = 4
@@ -263,10 +274,15 @@ def _learn_imported(states, imported, learned, callbacks) -> None:
 
 
 def _loop(states, config, budget, target, versions, db, measurer, scheduler,
-          callbacks) -> None:
+          callbacks, out_of_time: Callable[[], bool]) -> str | None:
+    """Batches until the budget is spent or every task exhausted; the message of the
+    time budget when that ended the loop first."""
     rng = random.Random(config.seed)
     done = 0
     while done < budget:
+        if out_of_time():
+            return (f"time budget of {config.time_budget_s:g} s spent after "
+                    f"{sum(s.trials for s in states)} of {config.trials} trials")
         live = [i for i, s in enumerate(states) if not s.exhausted]
         if not live:
             break
@@ -279,15 +295,17 @@ def _loop(states, config, budget, target, versions, db, measurer, scheduler,
             continue
         results = []
         # Commit as results arrive, a build-parallel chunk at a time: a kill loses at most
-        # the chunk in flight, never a completed measurement. A runner that measures
-        # several candidates at once (RPC sessions) gets chunks it can fill.
+        # the chunk in flight (and the next one's builds), never a completed measurement.
+        # A runner that measures several candidates at once (RPC sessions) gets chunks it
+        # can fill; the measurer may build the next chunk while one runs.
         step = max(1, measurer.concurrency)
+        chunks = [proposals[start:start + step] for start in range(0, len(proposals), step)]
         try:
-            for start in range(0, len(proposals), step):
-                chunk = proposals[start:start + step]
-                chunk_results = _measure(st, chunk, target, measurer)
-                _record(st, chunk, chunk_results, target, versions, config, db, callbacks)
-                results += chunk_results
+            with closing(_measure(st, chunks, target, measurer)) as measured:
+                for chunk, chunk_results in zip(chunks, measured):
+                    _record(st, chunk, chunk_results, target, versions, config, db,
+                            callbacks)
+                    results += chunk_results
         except RoundPending:  # a bundle's batch (one chunk): its results come later
             st.exhausted = True
             done += len(proposals)
@@ -297,6 +315,7 @@ def _loop(states, config, budget, target, versions, db, measurer, scheduler,
         done += len(proposals)
         for cb in callbacks:
             cb.on_batch(states, done, budget)
+    return None
 
 
 def next_batch_size(states, live, batch_size: int, remaining: int) -> int:
@@ -322,24 +341,29 @@ def _proposals(st: TaskState, n: int, rng: random.Random):
     return out[:n]
 
 
-def _measure(st: TaskState, proposals, target, measurer) -> list[MeasureResult]:
-    """Limit-check every candidate; measure the ones that fit."""
-    results: list[MeasureResult | None] = []
-    inputs = []
-    for cand, mod in proposals:
-        reason = st.space.check(mod)
-        if reason:
-            results.append(MeasureResult.failure("invalid", reason))
-        else:
-            results.append(None)
-            inputs.append(MeasureInput(st.task, target, cand, mod, _baseline(st)))
+def _measure(st: TaskState, chunks, target, measurer) -> Iterator[list[MeasureResult]]:
+    """Limit-check every candidate; measure the ones that fit: each chunk's results as
+    soon as it is measured (`measure_chunks`). Close it when done early."""
+    checked = []  # per chunk: a result for each candidate that fails the check, else None
+    inputs = []   # per chunk: the candidates to measure
+    for chunk in chunks:
+        checked.append([MeasureResult.failure("invalid", reason) if reason else None
+                        for reason in (st.space.check(mod) for _, mod in chunk)])
+        inputs.append([MeasureInput(st.task, target, cand, mod, _baseline(st))
+                       for (cand, mod), r in zip(chunk, checked[-1]) if r is None])
     # A bundle's round holds its limit-check failures too: every result of a round is
     # recorded with the fingerprint of the machine that measured the round.
     if isinstance(measurer, BundleMeasurer):
-        measurer.defer(inputs, [(st.task, c, r) for (c, _), r in zip(proposals, results)
-                                if r is not None])
-    measured = iter(measurer.measure(inputs) if inputs else [])
-    return [r if r is not None else next(measured) for r in results]
+        for chunk, known, todo in zip(chunks, checked, inputs):
+            measurer.defer(todo, [(st.task, c, r) for (c, _), r in zip(chunk, known)
+                                  if r is not None])
+    measured = measure_chunks(measurer, [todo for todo in inputs if todo])
+    try:
+        for known, todo in zip(checked, inputs):
+            got = iter(next(measured) if todo else [])
+            yield [r if r is not None else next(got) for r in known]
+    finally:
+        measured.close()
 
 
 def _baseline(st: TaskState):

@@ -6,7 +6,7 @@ import sys
 
 from ..errors import UserError
 from ..measure.result import FAILURE_KINDS
-from ..measure.settings import MeasureSettings
+from ..measure.settings import MeasureSettings, usable_cores
 from .options import DB_URL_HELP, add_selection
 
 
@@ -15,6 +15,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("tune", help="search for fast schedules and record them")
     add_selection(p)
     add_tune_options(p)
+    p.add_argument("--time-budget", type=float, metavar="S",
+                   help="stop starting batches after S seconds of wall-clock time (the "
+                        "batch running finishes and is recorded; exit code 0)")
     return p
 
 
@@ -40,6 +43,9 @@ def add_tune_options(p: argparse.ArgumentParser) -> None:
                         "or recorded")
     p.add_argument("--run-timeout", type=float, default=30.0, help="seconds per candidate run")
     p.add_argument("--build-timeout", type=float, default=60.0, help="seconds per build")
+    p.add_argument("--build-workers", type=int, default=usable_cores(), metavar="N",
+                   help="candidates compiled at once, each in its own process (default: "
+                        "%(default)s, the CPUs this process may use)")
     p.add_argument("--retry-failures", action="append", default=[], metavar="KIND",
                    choices=FAILURE_KINDS,
                    help="measure again the candidates of the tuned tasks whose records "
@@ -57,8 +63,9 @@ def add_tune_options(p: argparse.ArgumentParser) -> None:
                         "machine runs")
 
 
-def tune_config(args: argparse.Namespace):
-    """The TuneConfig of the options `add_tune_options` added."""
+def tune_config(args: argparse.Namespace, time_budget_s: float | None = None):
+    """The TuneConfig of the options `add_tune_options` added (and `tune`'s
+    `--time-budget`)."""
     from ..config import TuneConfig
 
     if args.trials < 0:
@@ -67,22 +74,25 @@ def tune_config(args: argparse.Namespace):
         raise UserError(f"--min-repeat-ms must be >= 0, got {args.min_repeat_ms}")
     if args.bundle_reference_mib < 0:
         raise UserError(f"--bundle-reference-mib must be >= 0, got {args.bundle_reference_mib}")
+    if args.build_workers < 1:
+        raise UserError(f"--build-workers must be >= 1, got {args.build_workers}")
     settings = MeasureSettings(run_timeout=args.run_timeout, build_timeout=args.build_timeout,
                                min_repeat_ms=args.min_repeat_ms,
+                               build_workers=args.build_workers,
                                bundle_reference_mib=args.bundle_reference_mib)
     return TuneConfig(target=args.target, trials=args.trials, db_url=args.db,
                       runner=args.runner, strategy=args.strategy, seed=args.seed,
                       batch_size=args.batch_size, dry_run=args.dry_run,
                       work_dir=args.work_dir, model_path=args.model,
                       transfer=not args.no_transfer, measure=settings,
-                      retry_failures=tuple(args.retry_failures))
+                      retry_failures=tuple(args.retry_failures), time_budget_s=time_budget_s)
 
 
 def run(args: argparse.Namespace) -> int:
     """Tune and print the per-task table; 1 when the run stopped before its budget."""
     from ..workload import load_tasks
 
-    config = tune_config(args)
+    config = tune_config(args, args.time_budget)
     tasks = load_tasks(args.op_file, args.workload, args.arg, args.load_timeout)
     if config.dry_run:
         return _dry_run(tasks, config)
@@ -96,7 +106,10 @@ def run(args: argparse.Namespace) -> int:
     if result.warm_start is not None:
         print(result.warm_start.describe())
     print(f"records: {mask_password(result.db_url)}   log: {log.path}")
-    if result.stopped:  # no RPC server left, or a fault of the machine and its remedy
+    if result.out_of_time:  # --time-budget: a normal end, said in one line
+        print(f"autosched: {result.stopped}; the records so far are saved, rerun to "
+              "continue")
+    elif result.stopped:  # no RPC server left, or a fault of the machine and its remedy
         rerun = "" if "rerun" in result.stopped else ", rerun to continue"
         print(f"autosched: stopped after {result.trials} of {config.trials} trials: "
               f"{result.stopped}; the records so far are saved{rerun}", file=sys.stderr)

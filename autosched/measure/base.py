@@ -8,11 +8,17 @@ runs each library somewhere (a local worker process, or a remote device over RPC
 checks its outputs and times it. Runners never see a failed build. A `Measurer` is what
 the tuning loop holds: build-then-run (`factory.make_measurer`), or a replay of earlier
 measurements (`simulated.SimulatedMeasurer`).
+
+The loop measures a batch chunk by chunk and commits each chunk's results as they come
+(`measure_chunks`): a measurer that can do better than one `measure` call per chunk (the
+build-then-run one builds the next chunk while the current one runs) is a
+`StreamingMeasurer`; any other measurer needs only `measure`.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Generator, Protocol
 
 from ..target import TargetSpec
 from .result import MeasureResult
@@ -27,6 +33,9 @@ class BuildArtifact:
     error_kind: str | None = None  # "build_error" | "build_timeout"
     error_msg: str = ""
     build_seconds: float = 0.0
+    # when the build ran: (start, end) on this machine's monotonic clock, which the build
+    # workers share with their parent (None: never sent to a worker)
+    span: tuple[float, float] | None = None
 
     @property
     def ok(self) -> bool:
@@ -40,7 +49,17 @@ class BuildArtifact:
 
 class Builder(Protocol):
     def build(self, inputs: list[MeasureInput]) -> list[BuildArtifact]:
-        """One artifact per input, in order; failures are artifacts too, never raised."""
+        """One artifact per input, in order; failures are artifacts too, never raised
+        (a fault of the machine is: `InfrastructureError`, no library kept)."""
+
+    def submit(self, inputs: list[MeasureInput]) -> object:
+        """Start building `inputs` and return at once: a batch to `collect` or `cancel`."""
+
+    def collect(self, batch: object) -> list[BuildArtifact]:
+        """Wait for a submitted batch; what `build` returns or raises for it."""
+
+    def cancel(self, batch: object) -> None:
+        """Give up a submitted batch and delete its libraries."""
 
     def close(self) -> None:
         """Stop every worker process."""
@@ -86,3 +105,29 @@ class Measurer(Protocol):
 
     def __exit__(self, *exc) -> None:
         ...
+
+
+# (what, chunk, start, end): "build" for each candidate built, "run" for each chunk that
+# ran, chunks counted from 0 in each stream, times on this machine's monotonic clock
+Observer = Callable[[str, int, float, float], None]
+
+
+class StreamingMeasurer(ABC):
+    """A measurer that measures a batch's chunks better together than one at a time."""
+
+    @abstractmethod
+    def measure_stream(self, chunks: list[list[MeasureInput]]
+                       ) -> Generator[list[MeasureResult], None, None]:
+        """Each chunk's results, in order, as soon as that chunk is measured, like
+        `measure(chunk)` would return them; closing the generator early gives up the
+        chunks not yet yielded (nothing of them is kept)."""
+
+
+def measure_chunks(measurer: Measurer, chunks: list[list[MeasureInput]]
+                   ) -> Generator[list[MeasureResult], None, None]:
+    """Each chunk's results, in order, as soon as it is measured: the measurer's own
+    stream where it is a `StreamingMeasurer`, else one `measure` call per chunk (every
+    other measurer: a replay, a test's, a wrapper). Close it when done early."""
+    if isinstance(measurer, StreamingMeasurer):
+        return measurer.measure_stream(chunks)
+    return (measurer.measure(chunk) for chunk in chunks)

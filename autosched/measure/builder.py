@@ -7,6 +7,14 @@ has its worker killed (with any compiler it started) and is reported as
 `build_timeout`; a worker that dies mid-build is `build_error` with how it died; a
 compiler exception is `build_error` with its message. Later builds get a fresh worker.
 
+`build(inputs)` blocks; `submit(inputs)` hands the builds to the idle workers and
+returns at once, and `collect(batch)` waits for that batch: the workers compile in
+their own processes meanwhile, so a caller can run the previous batch (see
+`factory.BuildRunMeasurer.measure_stream`). Jobs beyond the idle workers wait here
+until the next `collect`. A build's seconds and span are the worker's own, so a reply
+read late still times the build alone; one that took longer than the timeout is a
+`build_timeout` like one killed at it.
+
 A failure that is the machine's (no compiler, a broken linker, a build folder that is
 gone, full or read-only; decided in `faults.py`, if need be by building the task's
 default candidate the same way) is raised as `InfrastructureError` for the whole batch,
@@ -22,7 +30,7 @@ import sys
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import InfrastructureError
 from . import faults
@@ -37,10 +45,21 @@ TEST_FAULT_ATTR = "autosched.test_only.build_fault"
 _MAX_START_FAILURES = 3
 
 
+@dataclass(eq=False)
+class BuildBatch:
+    """The builds of one `submit`: an artifact per input once collected."""
+
+    inputs: list[MeasureInput]
+    artifacts: list[BuildArtifact | None]
+    left: int = 0              # builds not finished yet
+    cancelled: bool = False    # nobody collects it: its libraries are deleted as they come
+    verdicts: dict[int, tuple[faults.Verdict, str]] = field(default_factory=dict)
+
+
 @dataclass
 class _Slot:
     worker: WorkerProcess | None = None
-    job: tuple[int, dict] | None = None
+    job: tuple[BuildBatch, int, dict] | None = None
     deadline: float = 0.0
     started: float = 0.0
     start_failures: int = 0
@@ -60,6 +79,7 @@ class LocalBuilder:
         self.log_dir = os.path.join(folder, "workers")
         os.makedirs(self.out_dir, exist_ok=True)
         self._slots = [_Slot() for _ in range(max(1, settings.build_workers))]
+        self._jobs: deque[tuple[BuildBatch, int, dict]] = deque()
 
     @property
     def worker_pids(self) -> list[int]:
@@ -69,32 +89,64 @@ class LocalBuilder:
     def build(self, inputs: list[MeasureInput]) -> list[BuildArtifact]:
         """One artifact per input, in order. Never raises for a candidate's failure;
         raises InfrastructureError (and keeps no library of the batch) for the machine's."""
-        results, verdicts = self._build_all(inputs)
-        machine = next((v for v, _ in verdicts.values() if v.side == faults.MACHINE), None)
-        if machine is None:
-            machine = self._probe(inputs, {i: stage for i, (v, stage) in verdicts.items()
-                                           if v.side == faults.UNSURE})
-        self._settle()
-        if machine is not None:
-            for art in results:
-                _unlink(art.path)
-            raise InfrastructureError(machine.cause, machine.remedy)
-        return results
+        return self.collect(self.submit(inputs))
 
-    def _build_all(self, inputs: list[MeasureInput]):
-        """(artifacts, {index: (Verdict, stage)} for each failure that was not a timeout)."""
-        results: list[BuildArtifact | None] = [None] * len(inputs)
-        self._verdicts: dict[int, tuple[faults.Verdict, str]] = {}
-        jobs: deque[tuple[int, dict]] = deque()
+    def submit(self, inputs: list[MeasureInput], first: bool = False) -> BuildBatch:
+        """Start building `inputs` (before the batches already queued when `first`) and
+        return without waiting; `collect` the batch, or `cancel` it."""
+        batch = BuildBatch(list(inputs), [None] * len(inputs))
+        jobs = []
         for i, inp in enumerate(inputs):
             try:
-                jobs.append((i, self._request(inp)))
+                jobs.append((batch, i, self._request(inp)))
             except Exception as e:  # the module cannot even be serialised
-                results[i] = BuildArtifact(None, "build_error", f"cannot serialise module: {e}")
-        while jobs or any(s.job for s in self._slots):
-            self._dispatch(jobs, results)
-            self._wait(results)
-        return results, self._verdicts
+                batch.artifacts[i] = BuildArtifact(None, "build_error",
+                                                   f"cannot serialise module: {e}")
+        batch.left = len(jobs)
+        if first:
+            self._jobs.extendleft(reversed(jobs))
+        else:
+            self._jobs.extend(jobs)
+        try:
+            self._dispatch()
+        except BaseException:
+            self.cancel(batch)
+            raise
+        return batch
+
+    def collect(self, batch: BuildBatch) -> list[BuildArtifact]:
+        """Wait for `batch`'s builds: one artifact per input, in order (see `build`)."""
+        try:
+            self._complete(batch)
+            machine = next((v for v, _ in batch.verdicts.values()
+                            if v.side == faults.MACHINE), None)
+            if machine is None:
+                machine = self._probe(batch.inputs, {i: stage for i, (v, stage)
+                                                     in batch.verdicts.items()
+                                                     if v.side == faults.UNSURE})
+        except BaseException:
+            self.cancel(batch)
+            raise
+        if not self._jobs and not any(s.job for s in self._slots):
+            self._settle()
+        if machine is not None:
+            self.cancel(batch)
+            raise InfrastructureError(machine.cause, machine.remedy)
+        return batch.artifacts
+
+    def cancel(self, batch: BuildBatch) -> None:
+        """Give up `batch`: its queued builds are dropped, its libraries deleted (those
+        still being built, when their worker answers)."""
+        batch.cancelled = True
+        self._jobs = deque(j for j in self._jobs if j[0] is not batch)
+        for art in batch.artifacts:
+            if art is not None:
+                _unlink(art.path)
+
+    def _complete(self, batch: BuildBatch) -> None:
+        while batch.left:
+            self._dispatch()
+            self._wait()
 
     def _probe(self, inputs: list[MeasureInput], unsure: dict[int, str]):
         """Build the default candidate of each task with a doubtful failure: the
@@ -106,12 +158,14 @@ class LocalBuilder:
                 continue
             probed.add(inp.task.key)
             baseline = inp.task.mod if inp.baseline is None else inp.baseline
-            (art,), verdicts = self._build_all([MeasureInput(inp.task, inp.target, None,
-                                                             baseline)])
+            probe = self.submit([MeasureInput(inp.task, inp.target, None, baseline)],
+                                first=True)
+            self._complete(probe)
+            (art,) = probe.artifacts
             _unlink(art.path)
             if art.ok or art.error_kind == "build_timeout":
                 continue  # it builds (or proves nothing): the candidate's own failure
-            own = verdicts.get(0)
+            own = probe.verdicts.get(0)
             if own is not None and own[0].side == faults.MACHINE:
                 return own[0]
             return faults.judge_probe(art.error_msg, own[1] if own else stage,
@@ -136,7 +190,8 @@ class LocalBuilder:
         return {"mod": tvm.ir.save_json(mod), "target": inp.target.config, "out": out,
                 "kind": inp.target.kind}
 
-    def _dispatch(self, jobs, results) -> None:
+    def _dispatch(self) -> None:
+        jobs = self._jobs
         now = time.monotonic()
         free = sum(1 for s in self._slots if s.worker is not None and s.job is None)
         for slot in self._slots:
@@ -153,26 +208,25 @@ class LocalBuilder:
                 slot.started = now
                 slot.deadline = now + self.settings.build_timeout
                 try:
-                    slot.worker.send(slot.job[1])
+                    slot.worker.send(slot.job[2])
                 except WorkerDied as e:
-                    self._finish(slot, results, "build_error", f"build worker died: {e}",
-                                 judged=True)
+                    self._finish(slot, "build_error", f"build worker died: {e}", judged=True)
 
-    def _wait(self, results) -> None:
+    def _wait(self) -> None:
         waiting = [s for s in self._slots if s.worker and (s.job or not s.worker.ready)]
         if not waiting:
             return
         timeout = max(0.0, min(s.deadline for s in waiting) - time.monotonic())
         select.select([s.worker for s in waiting], [], [], timeout)
         for slot in waiting:
-            self._poll(slot, results)
+            self._poll(slot)
 
-    def _poll(self, slot: _Slot, results) -> None:
+    def _poll(self, slot: _Slot) -> None:
         try:
             reply = slot.worker.poll_reply()
         except WorkerDied as e:
             if slot.job:
-                self._finish(slot, results, "build_error", f"build worker {e}", judged=True)
+                self._finish(slot, "build_error", f"build worker {e}", judged=True)
             else:
                 self._start_failed(slot, str(e))
             return
@@ -180,41 +234,51 @@ class LocalBuilder:
             if time.monotonic() < slot.deadline:
                 return
             if slot.job:
-                self._finish(slot, results, "build_timeout",
-                             f"build did not finish within {self.settings.build_timeout:g}s")
+                self._finish(slot, "build_timeout", self._timeout_msg())
             else:
                 self._start_failed(slot, f"no answer within {STARTUP_TIMEOUT:g}s")
         elif not slot.worker.ready:
             slot.worker.ready = bool(reply.get("ready"))
             slot.start_failures = 0
         else:
-            index, request = slot.job
-            seconds = time.monotonic() - slot.started
-            if reply.get("ok"):
-                results[index] = BuildArtifact(request["out"], build_seconds=seconds)
+            (batch, index, request), slot.job = slot.job, None
+            seconds = float(reply.get("seconds", time.monotonic() - slot.started))
+            span = (reply["started"], reply["finished"]) if "started" in reply \
+                else (slot.started, time.monotonic())
+            if seconds > self.settings.build_timeout:  # answered after its deadline
+                _unlink(request["out"])
+                art = BuildArtifact(None, "build_timeout", self._timeout_msg(), seconds, span)
+            elif reply.get("ok"):
+                art = BuildArtifact(request["out"], build_seconds=seconds, span=span)
             else:
-                results[index] = BuildArtifact(None, "build_error", reply.get("error", "?"),
-                                               seconds)
+                art = BuildArtifact(None, "build_error", reply.get("error", "?"), seconds, span)
                 verdict = (faults.Verdict(faults.MACHINE, reply["machine"], reply["remedy"])
                            if reply.get("machine") else
                            faults.judge_reply(reply, self.out_dir, request["kind"]))
-                self._verdicts[index] = (verdict, reply.get("stage", "compile"))
-            slot.job = None
+                batch.verdicts[index] = (verdict, reply.get("stage", "compile"))
+            self._done(batch, index, art)
 
-    def _finish(self, slot: _Slot, results, kind: str, msg: str, judged: bool = False) -> None:
+    def _timeout_msg(self) -> str:
+        return f"build did not finish within {self.settings.build_timeout:g}s"
+
+    def _done(self, batch: BuildBatch, index: int, art: BuildArtifact) -> None:
+        batch.artifacts[index] = art
+        batch.left -= 1
+        if batch.cancelled:
+            _unlink(art.path)
+
+    def _finish(self, slot: _Slot, kind: str, msg: str, judged: bool = False) -> None:
         """Record a failure of the slot's job and replace its worker; `judged`: a death
         whose cause may be the machine's (a timeout is always the candidate's)."""
-        index, request = slot.job
-        results[index] = BuildArtifact(None, kind, msg, time.monotonic() - slot.started)
+        (batch, index, request), slot.job = slot.job, None
+        now = time.monotonic()
         if judged:
-            self._verdicts[index] = (faults.judge_death(msg, self.out_dir), "export")
-        slot.job = None
+            batch.verdicts[index] = (faults.judge_death(msg, self.out_dir), "export")
         slot.worker.kill()
         slot.worker = None
-        try:
-            os.unlink(request["out"])  # a half-written library
-        except OSError:
-            pass
+        _unlink(request["out"])  # a half-written library
+        self._done(batch, index, BuildArtifact(None, kind, msg, now - slot.started,
+                                               (slot.started, now)))
 
     def _start_failed(self, slot: _Slot, why: str) -> None:
         """Retry a worker that did not start, with backoff; InfrastructureError when it
@@ -239,6 +303,7 @@ class LocalBuilder:
             if slot.worker:
                 slot.worker.kill()
             slot.worker, slot.job = None, None
+        self._jobs.clear()
         shutil.rmtree(self.out_dir, ignore_errors=True)
 
 
@@ -255,11 +320,20 @@ def _inject_fault(fault: str) -> None:
 
 
 def build_job(request: dict) -> dict:
-    """In the build worker: JSON module -> compiled, exported `.so`. A failure says at
-    which stage (`compile` in TVM, `export`: linking) and, for linking, the evidence
-    `faults.judge_reply` weighs: the compiler found here, the OSError's errno and file.
-    CUDA device code is made here (`cuda_compile.build_cuda`); a fault of the machine
-    found there comes back as `machine` and `remedy`, raised for the whole batch."""
+    """In the build worker: JSON module -> compiled, exported `.so`, with the build's
+    `seconds` and its span (`started`, `finished`: this machine's monotonic clock, which
+    every process shares). A failure says at which stage (`compile` in TVM, `export`:
+    linking) and, for linking, the evidence `faults.judge_reply` weighs: the compiler
+    found here, the OSError's errno and file. CUDA device code is made here
+    (`cuda_compile.build_cuda`); a fault of the machine found there comes back as
+    `machine` and `remedy`, raised for the whole batch."""
+    started = time.monotonic()
+    reply = _build(request)
+    finished = time.monotonic()
+    return dict(reply, seconds=finished - started, started=started, finished=finished)
+
+
+def _build(request: dict) -> dict:
     import tvm
 
     from .worker import error_text

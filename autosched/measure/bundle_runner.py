@@ -337,6 +337,11 @@ class BundleMeasurer(BuildRunMeasurer):
         """Build every input and hand all artifacts to the bundle (RoundPending)."""
         return self.defer(inputs, [])
 
+    def measure_stream(self, chunks):
+        """Each chunk through `measure`: RoundPending at the first; nothing overlaps."""
+        for chunk in chunks:
+            yield self.measure(chunk)
+
     def defer(self, inputs: list[MeasureInput], known) -> list[MeasureResult]:
         """Build `inputs` and put them, and the `known` results of a batch's other
         candidates ((task, candidate, result)), into the next round: RoundPending."""

@@ -1,7 +1,8 @@
 """Measurement settings and inputs (plain data shared by builders and runners)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import os
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: measurement data must not import the compiler
@@ -9,6 +10,16 @@ if TYPE_CHECKING:  # annotations only: measurement data must not import the comp
 
     from ..target import TargetSpec
     from ..task import Task
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask, which a batch system or
+    `taskset` narrows): one build worker each by default, as a compiler (nvcc, LLVM)
+    keeps about one core busy."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -24,7 +35,7 @@ class MeasureSettings:
     warmup: int = 1            # untimed calls before timing
     build_timeout: float = 60.0
     run_timeout: float = 30.0
-    build_workers: int = 2
+    build_workers: int = field(default_factory=usable_cores)
     check_correctness: bool = True
     reference_timeout: float = 1800.0  # computing a task's expected outputs, once per task
     # `--runner bundle:DIR`: the largest reference data (a task's inputs and outputs, in
