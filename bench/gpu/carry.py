@@ -107,6 +107,12 @@ def unpack_on_device(carry: Path = CARRY) -> dict:
     return env
 
 
+def cudart_dirs() -> list[str]:
+    """Folders holding libcudart.so.13 (public: stage.py builds its LD_LIBRARY_PATH
+    from them)."""
+    return _cudart_dirs()
+
+
 def _cudart_dirs() -> list[str]:
     """Folders holding libcudart.so.13 (the CUDA toolkit's, or the one pip's torch brings)."""
     found = []
