@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-import statistics
 
 from gpu_cases import GpuCase, metaschedule_note, resolve_peer
-from torch_peers import l2_flush_buffer
+from torch_peers import time_cuda
 
 AGREE_TOL = 0.05
 PEAK_GEMM_N = 8192
@@ -164,28 +163,12 @@ def make_inputs(c: GpuCase, device="cuda", seed: int = 0) -> list:
 
 def time_events(fn, args, repeat: int = 30, warmup: int = 5, flush: bool = True) -> dict:
     """Median seconds of `fn(*args)`: each call between its own pair of CUDA events on
-    one private stream, the L2 flushed (a 2x-L2 buffer written) before each."""
+    one private stream, the L2 flushed (a 2x-L2 buffer written) before each
+    (`torch_peers.time_cuda`, the older device check's timing), without autograd."""
     import torch
 
-    device = args[0].device
-    stream = torch.cuda.Stream(device)
-    scrub = l2_flush_buffer(device) if flush else None
-    times = []
-    with torch.no_grad(), torch.cuda.stream(stream):
-        for _ in range(warmup):
-            fn(*args)
-        for _ in range(repeat):
-            if scrub is not None:
-                scrub.zero_()
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record(stream)
-            fn(*args)
-            end.record(stream)
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-    return {"median_s": statistics.median(times), "min_s": min(times),
-            "repeat": repeat, "warmup": warmup, "l2_flush": flush}
+    with torch.no_grad():
+        return time_cuda(fn, args, repeat=repeat, warmup=warmup, flush=flush)
 
 
 def time_do_bench(fn, args) -> float | None:
