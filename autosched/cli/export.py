@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .options import add_selection
+from .options import DB_URL_HELP, add_selection
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -13,7 +13,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("export", help="build the best recorded kernels into a library")
     add_selection(p)
     p.add_argument("--target", default="llvm")
-    p.add_argument("--db", metavar="URL")
+    p.add_argument("--db", metavar="URL", help=DB_URL_HELP)
     p.add_argument("--hardware", metavar="KEY_OR_NAME",
                    help="use the records of this machine: a hardware key (or its first "
                         "characters) or the GPU / CPU name, as `autosched db stats` shows "

@@ -2,8 +2,52 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+from collections.abc import Mapping
 
-DB_URL_HELP = "sqlite:///PATH (default logs/autosched.db) or postgresql://USER@HOST:PORT/DB"
+from ..errors import UserError
+
+log = logging.getLogger("autosched.cli")
+
+# Where a command's database is when neither --db nor $AUTOSCHED_DB names one:
+# sqlite:///<work dir>/autosched.db, the work dir being `tune --work-dir` or, for every
+# command without that option, DEFAULT_WORK_DIR.
+DB_ENV = "AUTOSCHED_DB"
+DEFAULT_WORK_DIR = "logs"
+DB_URL_HELP = (f"database URL: sqlite:///PATH or postgresql://USER@HOST:PORT/DB (default: "
+               f"${DB_ENV}, else sqlite:///{DEFAULT_WORK_DIR}/autosched.db)")
+# The same for the commands with --work-dir (`tune`, `tune-model`).
+DB_URL_HELP_WORK_DIR = (f"database URL: sqlite:///PATH or postgresql://USER@HOST:PORT/DB "
+                        f"(default: ${DB_ENV}, else sqlite:///WORK_DIR/autosched.db)")
+
+
+def database_url(db: str | None, work_dir: str | None = None,
+                 environ: Mapping[str, str] | None = None) -> str:
+    """The database every command uses: `db` (the --db option), else $AUTOSCHED_DB,
+    else `sqlite:///<work_dir>/autosched.db` (work_dir defaults to `logs`).
+
+    The one place that reads the environment for it (`environ`, default os.environ), so
+    that `tune`, `export`, `report` and `db` never disagree about where records are; the
+    algorithms below the CLI get the URL, never the environment. A URL from the
+    environment is checked here, so that a bad one is blamed on the variable.
+    """
+    if db is not None:
+        if not db.strip():
+            raise UserError("--db: empty URL; use sqlite:///PATH or "
+                            "postgresql://USER@HOST:PORT/DB")
+        url, source = db, "--db"
+    else:
+        env = os.environ if environ is None else environ
+        url, source = env.get(DB_ENV, "").strip(), f"${DB_ENV}"
+        if not url:
+            url, source = f"sqlite:///{work_dir or DEFAULT_WORK_DIR}/autosched.db", "default"
+    from ..db import mask_password, normalize_url
+
+    if source == f"${DB_ENV}":  # a bad --db is reported where it is opened, as before
+        normalize_url(url, source=DB_ENV)
+    log.info("database %s (%s)", mask_password(url), source)
+    return url
 
 
 def seconds(text: str) -> float:

@@ -8,6 +8,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from .options import DB_URL_HELP
 from .tables import format_table, gflops_label, latency_label, target_label
 
 
@@ -15,24 +16,32 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the `report` command to the main CLI's subparsers."""
     p = subparsers.add_parser("report",
                               help="per-task table and tuning curves from the database")
-    p.add_argument("--db", metavar="URL")
+    p.add_argument("--db", metavar="URL", help=DB_URL_HELP)
     p.add_argument("-o", "--output", default="logs/report", metavar="DIR",
                    help="where the tuning-curve PNGs go")
-    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-plots", action="store_true", help="print the table only")
     p.add_argument("--model-library", metavar="DIR",
                    help="also print the per-operator choices of a library that "
                         "`autosched export-model` wrote")
     return p
 
 
+# Said instead of the plots where matplotlib is missing (it is an optional extra).
+NO_MATPLOTLIB = ("autosched: no tuning-curve plots: they need matplotlib (pip install "
+                 "'autosched[plot]'); --no-plots leaves them out")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print the per-task table and write one tuning-curve PNG per task."""
-    from ..db import DEFAULT_DB_URL, open_database
+    """Print the per-task table and write one tuning-curve PNG per task (or, without
+    matplotlib, say on stderr how to get them: the table is the report's substance)."""
+    import sys
+
+    from ..db import open_database
 
     if args.model_library:
         _print_model_choices(args.model_library)
 
-    db = open_database(args.db or DEFAULT_DB_URL)
+    db = open_database(args.db)
     try:
         summaries = summarize(db)
     finally:
@@ -41,9 +50,15 @@ def run(args: argparse.Namespace) -> int:
         print("no records")
         return 0
     print(table(summaries))
-    if not args.no_plots:
-        for path in plot_curves(summaries, args.output):
-            print(f"wrote {path}")
+    if args.no_plots:
+        return 0
+    try:
+        import matplotlib  # noqa: F401  (only whether it is there)
+    except ImportError:
+        print(NO_MATPLOTLIB, file=sys.stderr)
+        return 0
+    for path in plot_curves(summaries, args.output):
+        print(f"wrote {path}")
     return 0
 
 
