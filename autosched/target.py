@@ -1,5 +1,13 @@
-"""Targets: what the user types (`llvm`, `cuda`, a JSON dict) -> a TVM target config
-plus the hardware fingerprint that goes with every record.
+"""Targets: what the user types (`llvm`, `cuda`, a JSON dict, TVM's `kind -key=value`
+string or a TVM tag such as `nvidia/nvidia-a100`) -> a TVM target config plus the hardware
+fingerprint that goes with every record.
+
+A string or a tag is only another spelling of a JSON dict: `cuda -arch=sm_80` is
+`{"kind": "cuda", "arch": "sm_80"}`, and a tag is the attributes TVM's tag registry gives
+it (a CUDA tag: its arch and limits), so each resolves to exactly the config, key and
+fingerprint of its JSON twin. TVM 0.27's own parser takes tags and bare kinds but refuses
+the `-key=value` form, so that form is parsed here, typed by TVM's table of the kind's
+attributes (`TargetKind.options_from_name`).
 
 A record is only ever applied to the same target config and the same hardware
 fingerprint (see `db/`), so both are canonical JSON with sorted keys.
@@ -185,8 +193,103 @@ def _resolve_llvm(config: dict | None) -> TargetSpec:
     return TargetSpec("llvm", cfg, cpu_fingerprint(cfg.get("mcpu", "generic")), True)
 
 
+TARGET_FORMS = ("llvm, cuda, a JSON dict with a 'kind', 'KIND -key=value ...' "
+                "(e.g. 'cuda -arch=sm_80') or a TVM tag (e.g. nvidia/nvidia-a100; "
+                "tvm.target.list_tags() lists them)")
+# Attributes of a tag that are not part of a target config: `keys`, `tag` and `host` are
+# TVM's bookkeeping, and `max_threads_per_block` repeats `max_num_threads`, which is the
+# limit our configs and the search space use.
+_TAG_LEFT_OUT = ("kind", "keys", "tag", "host", "max_threads_per_block")
+
+
+def _tvm_options(kind: str) -> dict:
+    """TVM's attributes of target kind `kind` -> their type names ("int", "Array<str>")."""
+    from tvm.target import TargetKind
+
+    return {str(k): str(v) for k, v in TargetKind.options_from_name(kind).items()}
+
+
+def _plain(value):
+    """A TVM attribute value as JSON: arrays as lists, the rest as it is."""
+    if isinstance(value, str):
+        return str(value)  # not TVM's own string type
+    if isinstance(value, (bool, int, float)):
+        return value
+    return [str(v) for v in value]
+
+
+def _tag_config(name: str) -> dict | None:
+    """The target config of TVM's tag `name` (None if TVM has no such tag)."""
+    import tvm
+
+    if name not in tvm.target.list_tags():
+        return None
+    exported = dict(tvm.target.Target(name).export())
+    kind = str(exported["kind"])
+    if kind not in KNOWN_KINDS:
+        raise UserError(f"--target: TVM tag {name!r} is a {kind} target; autosched tunes "
+                        f"{' and '.join(KNOWN_KINDS)} targets")
+    options = _tvm_options(kind)
+    return {"kind": kind, **{str(k): _plain(v) for k, v in exported.items()
+                             if k not in _TAG_LEFT_OUT and k in options}}
+
+
+_TRUTH = {"true": True, "1": True, "false": False, "0": False}
+
+
+def _typed(kind: str, key: str, value: str | None, type_name: str):
+    """One `-key=value` of a target string as the type TVM declares for it (a bare
+    `-key` is a boolean's true)."""
+    if type_name == "bool" and value is None:
+        return True
+    if value is None:
+        raise UserError(f"--target: -{key} of {kind} needs a value (-{key}=VALUE)")
+    if type_name == "bool" and value.lower() in _TRUTH:
+        return _TRUTH[value.lower()]
+    if type_name == "int" and re.fullmatch(r"[+-]?\d+", value):
+        return int(value)
+    if type_name == "str":
+        return value
+    if type_name.startswith("Array<"):
+        return [v for v in value.split(",") if v]
+    if type_name not in ("bool", "int"):
+        raise UserError(f"--target: -{key} of {kind} cannot be given in a target string; "
+                        "use the JSON form")
+    wanted = "an integer" if type_name == "int" else "true or false"
+    raise UserError(f"--target: -{key} of {kind} takes {wanted}, not {value!r}")
+
+
+def parse_target_string(text: str) -> dict:
+    """`KIND -key=value ...` or `TAG [-key=value ...]` -> the equivalent JSON config (only
+    what the string says; `resolve_target` fills in the rest as for JSON)."""
+    words = text.split()
+    head, rest = words[0], words[1:]
+    if head in KNOWN_KINDS:
+        config = {"kind": head}
+    else:
+        config = _tag_config(head)
+        if config is None:
+            raise UserError(f"--target: unknown target or TVM tag {head!r}; use {TARGET_FORMS}")
+    options, given = _tvm_options(config["kind"]), set()
+    for word in rest:
+        m = re.fullmatch(r"--?([A-Za-z_][\w.-]*)(?:=(.*))?", word)
+        if m is None:
+            raise UserError(f"--target: {word!r} in {text!r} is not of the form -key=value")
+        key, value = m.group(1), m.group(2)
+        if key not in options or key in ("kind", "tag", "host"):
+            raise UserError(f"--target: {config['kind']} has no attribute {key!r}; TVM's are: "
+                            f"{', '.join(k for k in options if k not in ('kind', 'tag', 'host'))}")
+        if key in given:
+            raise UserError(f"--target: -{key} is given twice in {text!r}")
+        given.add(key)
+        config[key] = _typed(config["kind"], key, value, options[key])
+    return config
+
+
 def resolve_target(text: str) -> TargetSpec:
-    """`llvm` (this CPU), `cuda` (the local GPU, else sm_90), or a JSON dict."""
+    """`llvm` (this CPU), `cuda` (the local GPU, else sm_90), a JSON dict, a TVM target
+    string (`cuda -arch=sm_80`) or a TVM tag (`nvidia/nvidia-a100`); a string or a tag
+    resolves as its JSON equivalent does."""
     text = (text or "").strip()
     if text.startswith("{"):
         try:
@@ -194,11 +297,15 @@ def resolve_target(text: str) -> TargetSpec:
         except json.JSONDecodeError as e:
             raise UserError(f"--target: invalid JSON ({e.msg})") from None
         kind = config.get("kind") if isinstance(config, dict) else None
-    else:
+    elif text in KNOWN_KINDS:
         kind, config = text, None
+    elif text:
+        config = parse_target_string(text)
+        kind = config["kind"]
+    else:
+        kind = None
     if kind not in KNOWN_KINDS:
-        raise UserError(f"unknown target {text!r}; use one of {', '.join(KNOWN_KINDS)} "
-                        "or a JSON dict with a 'kind'")
+        raise UserError(f"unknown target {text!r}; use {TARGET_FORMS}")
     spec = _resolve_llvm(config) if kind == "llvm" else _resolve_cuda(config)
     try:
         spec.tvm()

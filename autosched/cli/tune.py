@@ -7,7 +7,7 @@ import sys
 from ..errors import UserError
 from ..measure.result import FAILURE_KINDS
 from ..measure.settings import MeasureSettings, usable_cores
-from .options import DB_URL_HELP, add_selection
+from .options import DB_URL_HELP_WORK_DIR, DEFAULT_WORK_DIR, add_selection
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -23,9 +23,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def add_tune_options(p: argparse.ArgumentParser) -> None:
     """The options of a tuning run (`tune`, `tune-model`)."""
-    p.add_argument("--target", default="llvm", help="llvm | cuda | JSON target dict")
+    p.add_argument("--target", default="llvm",
+                   help="llvm | cuda | a JSON target dict | a TVM target string "
+                        "('cuda -arch=sm_80') or tag ('nvidia/nvidia-h100')")
     p.add_argument("--trials", type=int, default=64, help="new measurements for the whole run")
-    p.add_argument("--db", metavar="URL", help=DB_URL_HELP)
+    p.add_argument("--db", metavar="URL", help=DB_URL_HELP_WORK_DIR)
     p.add_argument("--runner", default="local",
                    help="local | rpc://HOST:PORT/KEY | bundle:DIR (build a round into DIR "
                         "for another machine to measure; rerun to record it)")
@@ -37,7 +39,9 @@ def add_tune_options(p: argparse.ArgumentParser) -> None:
                         "database's records of other shapes of the same workloads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--work-dir", default="logs", help="logs and the default database")
+    p.add_argument("--work-dir", default=DEFAULT_WORK_DIR,
+                   help="the run's logs, and the database WORK_DIR/autosched.db unless "
+                        "--db or $AUTOSCHED_DB names one")
     p.add_argument("--dry-run", action="store_true",
                    help="generate, limit-check and compile candidates only; nothing is run "
                         "or recorded")
