@@ -1,4 +1,4 @@
-"""`autosched db stats | best | import | export | prune | upgrade`.
+"""`autosched db stats | best | import | export | prune | upgrade | show`.
 
 The main CLI calls `add_parser(subparsers)` to add the `db` command and `run(args)` to
 execute it; errors the user can fix are raised as UserError (one line, exit 2).
@@ -10,9 +10,8 @@ import json
 
 from ..errors import UserError
 from ..measure.result import FAILURE_KINDS
-
-_DB_HELP = ("database URL: sqlite:///PATH (relative), sqlite:////PATH (absolute) or "
-            "postgresql://USER@HOST:PORT/DB; default sqlite:///logs/autosched.db")
+from . import show
+from .options import DB_URL_HELP
 
 
 def _positive(text: str) -> int:
@@ -28,7 +27,7 @@ def _positive(text: str) -> int:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the `db` command and its subcommands to the main CLI's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", metavar="URL", help=_DB_HELP)
+    common.add_argument("--db", metavar="URL", help=DB_URL_HELP)
     p = subparsers.add_parser("db", help="inspect and maintain the tuning-log database",
                               description="Inspect and maintain the tuning-log database.")
     sub = p.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
@@ -75,6 +74,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     sub.add_parser("upgrade", parents=[common], help="migrate the database to the "
                    "schema of this autosched (older releases cannot open it afterwards)")
+    show.add_parser(sub, [common])
     return p
 
 
@@ -222,4 +222,4 @@ def _upgrade(db, args) -> int:
 
 
 _COMMANDS = {"stats": _stats, "best": _best, "import": _import, "export": _export,
-             "prune": _prune, "upgrade": _upgrade}
+             "prune": _prune, "upgrade": _upgrade, "show": show.run}
