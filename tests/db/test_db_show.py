@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 from support.records import make_rec
+from support.sass_tools import skip_without_cuobjdump
 
 from autosched.cli.main import main
 from autosched.db import make_record, open_database
-from autosched.errors import InfrastructureError, UserError
+from autosched.errors import UserError
 from autosched.kernel_source import kernel_source, read_record
 from autosched.measure.result import MeasureResult
 from autosched.target import resolve_target
@@ -203,21 +204,12 @@ def test_records_that_cannot_be_shown_are_one_line_exit_2(tmp_path, capsys):
     assert not (tmp_path / "none.db").exists()
 
 
-def _needs_cuobjdump() -> None:
-    from autosched.measure import sass
-
-    try:
-        sass.cuobjdump()
-    except InfrastructureError:
-        pytest.skip("needs cuobjdump (pip install nvidia-cuda-cuobjdump)")
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_a_tensor_core_record_shows_its_cuda_source_and_hmma_sass(tmp_path, cli, capsys):
     """No GPU needed: the record is made of a sampled tensor-core candidate for sm_90a,
     nvcc compiles it and cuobjdump reads the fatbin."""
-    _needs_cuobjdump()
+    skip_without_cuobjdump()
     url = f"sqlite:///{tmp_path}/t.db"
     rec, mod = _record(MP, "matmul_mp", {"M": 128, "N": 128, "K": 128},
                        resolve_target(SM90A), "tensor_core")

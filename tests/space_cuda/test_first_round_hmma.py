@@ -12,20 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.sass_tools import skip_without_cuobjdump
 
 ROOT = Path(__file__).resolve().parents[2]
 MP = str(ROOT / "examples" / "mixed_precision.py")
 TRIALS = 8
-
-
-def _cuobjdump_or_skip() -> None:
-    from autosched.errors import InfrastructureError
-    from autosched.measure import sass
-
-    try:
-        sass.cuobjdump()
-    except InfrastructureError:
-        pytest.skip("needs cuobjdump (pip install nvidia-cuda-cuobjdump)")
 
 
 @pytest.mark.slow
@@ -34,7 +25,7 @@ def test_most_libraries_of_a_first_fp16_round_hold_hmma(tmp_path):
     from autosched.measure import sass
     from autosched.measure.bundle_format import MANIFEST, read_json
 
-    _cuobjdump_or_skip()
+    skip_without_cuobjdump()
     bundle = tmp_path / "b"
     proc = subprocess.run(
         [sys.executable, "-m", "autosched", "tune", MP, "--workload", "matmul_mp",

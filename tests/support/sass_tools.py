@@ -1,0 +1,16 @@
+"""Skips for tests that read SASS without a GPU: nvcc compiles, cuobjdump disassembles
+(the pip package nvidia-cuda-cuobjdump, found by autosched.measure.sass)."""
+from __future__ import annotations
+
+import pytest
+
+
+def skip_without_cuobjdump() -> None:
+    """Skip the calling test where cuobjdump cannot be found."""
+    from autosched.errors import InfrastructureError
+    from autosched.measure import sass
+
+    try:
+        sass.cuobjdump()
+    except InfrastructureError:
+        pytest.skip("needs cuobjdump (pip install nvidia-cuda-cuobjdump)")
