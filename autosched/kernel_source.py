@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from search_space import SPACE_VERSION, Candidate, InvalidCandidate, generate_space
 
 from .db import Record, compatible_versions, open_database
-from .errors import InfrastructureError, UserError
+from .errors import UserError
 from .target import TargetSpec
 from .training_data import rebuild_task
 from .versions import current_versions
@@ -135,20 +135,16 @@ def _with_cuda(out: KernelSource, mod, config: dict, sass: bool) -> KernelSource
         raise UserError(f"record {out.record_id} of {out.task} no longer compiles: "
                         f"{e}") from None
     text = None
-    if sass and build.binary == "fatbin" and _have_cuobjdump():
+    if sass and build.binary == "fatbin" and _sass_available():
         text = _disassemble(build.executable)
     return replace(out, cuda=cuda_source(build.executable), sass=text,
                    build=build.describe())
 
 
-def _have_cuobjdump() -> bool:
+def _sass_available() -> bool:
     from .measure import sass
 
-    try:
-        sass.cuobjdump()
-    except InfrastructureError:
-        return False
-    return True
+    return sass.available()
 
 
 def _disassemble(executable) -> str:

@@ -40,6 +40,15 @@ def cuobjdump() -> str:
     return found
 
 
+def available() -> bool:
+    """Whether `cuobjdump()` finds the binary (SASS can be read on this machine)."""
+    try:
+        cuobjdump()
+    except InfrastructureError:
+        return False
+    return True
+
+
 def dump_sass(path: str) -> str:
     """The SASS text of every fatbin in the library file at `path`."""
     with open(path, "rb") as f:

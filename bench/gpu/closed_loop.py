@@ -251,8 +251,8 @@ def gpu_step(fn, *args) -> dict:
 def tune_case(case, target: str, seconds: float, db_url: str, args) -> dict:
     """`autosched tune` for one case within `seconds`; the case's records from the db."""
     from autosched.db import open_database
-    from autosched.workload import load_tasks
     from closed_loop_report import best_of_records, cut_note
+    from metaschedule_side import load_task
 
     cmd = [sys.executable, "-m", "autosched.cli", "tune", case.op_file,
            "--workload", case.workload, *sum((["--arg", a] for a in case.arg_items()), []),
@@ -266,7 +266,7 @@ def tune_case(case, target: str, seconds: float, db_url: str, args) -> dict:
     row["cut"] = cut_note(row["tune"]["output_tail"]) or (
         f"killed at the {seconds + 90:.0f} s limit" if row["tune"]["killed_at_limit"]
         else None)
-    (task,) = load_tasks(str(ROOT / case.op_file), [case.workload], case.arg_items())
+    task = load_task(str(ROOT / case.op_file), case.workload, case.arg_items())
     with open_database(db_url) as db:
         row.update(best_of_records(db.records(task_key=task.key)))
     row["task_key"] = task.key

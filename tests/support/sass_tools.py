@@ -7,10 +7,7 @@ import pytest
 
 def skip_without_cuobjdump() -> None:
     """Skip the calling test where cuobjdump cannot be found."""
-    from autosched.errors import InfrastructureError
     from autosched.measure import sass
 
-    try:
-        sass.cuobjdump()
-    except InfrastructureError:
+    if not sass.available():
         pytest.skip("needs cuobjdump (pip install nvidia-cuda-cuobjdump)")
