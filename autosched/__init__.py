@@ -4,23 +4,12 @@ Heavy modules (tvm, torch, xgboost) are imported lazily so that `autosched --hel
 and op files that only use the decorator stay fast.
 """
 from .errors import UserError
+from .lazy import lazy_names
 from .versions import AUTOSCHED_VERSION as __version__
 from .workload import load_tasks, workload
 
 __all__ = ["workload", "load_tasks", "UserError", "tune", "export", "open_database", "__version__"]
 
 
-def __getattr__(name):
-    if name == "tune":
-        from .tuner import tune
-
-        return tune
-    if name == "export":
-        from .exporting import export
-
-        return export
-    if name == "open_database":
-        from .db import open_database
-
-        return open_database
-    raise AttributeError(name)
+__getattr__ = lazy_names(__name__, {"tune": ".tuner", "export": ".exporting",
+                                     "open_database": ".db"})

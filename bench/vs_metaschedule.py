@@ -133,7 +133,7 @@ def hot_loop_report(mod, target_spec) -> dict | None:
 def rates(rows, peak: dict) -> str:
     """Each autosched kernel's GFLOP/s and bytes per second (its arguments read and
     written once) against the machine's measured limits (a machine_peak.py file)."""
-    from autosched.cli.tables import format_table
+    from autosched.tables import format_table
 
     fma, bw = peak["fma_peak_gflops"], peak["bandwidth_gb_per_s"]
     body = []
@@ -146,7 +146,7 @@ def rates(rows, peak: dict) -> str:
 
 
 def print_table(rows) -> str:
-    from autosched.cli.tables import format_table
+    from autosched.tables import format_table
 
     def fmt(x, scale=1.0, digits=2):
         return "-" if x is None else f"{x * scale:.{digits}f}"

@@ -1,7 +1,7 @@
 """Plain-text tables for `autosched db stats` and `autosched db best`."""
 from __future__ import annotations
 
-from .tables import format_table, gflops_label, target_label
+from ..tables import format_table, gflops_label, target_label
 
 
 def workload_label(workload: str, args: dict, width: int = 40) -> str:

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from .tables import format_table, latency_label
+from ..tables import format_table, latency_label
 from ..tuner import Callback
 
 

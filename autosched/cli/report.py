@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from .options import DB_URL_HELP
-from .tables import format_table, gflops_label, latency_label, target_label
+from ..tables import format_table, gflops_label, latency_label, target_label
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -53,7 +53,7 @@ def _tracker_address(text: str | None) -> tuple[str, int]:
 def run(args: argparse.Namespace) -> int:
     """Print the tracker's servers and queues (or JSON); UserError when it has none."""
     from ..measure.rpc_tracker import TrackerError, summary
-    from .tables import format_table
+    from ..tables import format_table
 
     host, port = _tracker_address(args.tracker)
     try:

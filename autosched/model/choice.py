@@ -115,7 +115,7 @@ def op_choices(model_ops, tasks, db, target, versions, threads: int) -> list[OpC
 def choices_table(choices: list[OpChoice]) -> str:
     """op, shape, count, torch ms, autosched ms (records), the kernel as called and
     torch beside it (export), chosen — one row per task."""
-    from ..cli.tables import format_table
+    from ..tables import format_table
 
     def ms(s):
         return "-" if s is None else f"{s * 1e3:.4f}"

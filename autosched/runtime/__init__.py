@@ -40,29 +40,14 @@ No submodule is named like a public name (plan, apply): importing one would shad
 lazily resolved function on this package.
 """
 from ..errors import UserError
+from ..lazy import lazy_names
 
 __all__ = ["plan", "apply", "Plan", "profile_model", "parse_budget", "memeff_library_kernels",
            "UserError"]
 
 
-def __getattr__(name):
-    # Each public name is imported on first use, so importing this package needs no torch.
-    if name == "plan":
-        from .make_plan import plan
-        return plan
-    if name == "apply":
-        from .apply_plan import apply
-        return apply
-    if name == "Plan":
-        from .document import Plan
-        return Plan
-    if name == "profile_model":
-        from .model_profile import profile_model
-        return profile_model
-    if name == "memeff_library_kernels":
-        from .memeff import memeff_library_kernels
-        return memeff_library_kernels
-    if name == "parse_budget":
-        from .units import parse_budget
-        return parse_budget
-    raise AttributeError(name)
+# Each public name is imported on first use, so importing this package needs no torch.
+__getattr__ = lazy_names(__name__, {"plan": ".make_plan", "apply": ".apply_plan",
+                                     "Plan": ".document", "profile_model": ".model_profile",
+                                     "memeff_library_kernels": ".memeff",
+                                     "parse_budget": ".units"})

@@ -140,7 +140,7 @@ def backend(directory, compiler: str = "auto") -> AutoschedBackend:
 def explain(compiled_backend: AutoschedBackend, graph: str | None = None) -> str:
     """A table of the decisions the backend made so far (one graph kind if given); equal
     decisions are one row with their number of calls."""
-    from ..cli.tables import format_table
+    from ..tables import format_table
 
     counts = Counter(d for d in compiled_backend.decisions if graph in (None, d.graph))
     rows = [(d.graph, d.op, d.workload.removeprefix("aten_"), d.shape, str(n), d.chosen,

@@ -23,6 +23,8 @@ ALLOWED_DUCK_TYPING = {
     "autosched/measure/reference.py": {"ml_dtypes": "the dtype module of a third party"},
     "autosched/measure/worker.py": {"importlib.import_module(module_name)":
                                     "the worker protocol names its handler as module:function"},
+    "autosched/lazy.py": {"importlib.import_module(module, package)":
+                          "a package's public names resolved on first use"},
     "autosched/cli/progress.py": {"self.stream": "any text stream the caller passes"},
     "autosched/versions.py": {"tvm_ffi": "third-party package without __version__ sometimes"},
     "autosched/workload.py": {"obj": "the @workload mark on the user's functions"},
