@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import UserError
-from .measure.result import FAILURE_KINDS
+from .results import FAILURE_KINDS
 from .measure.settings import MeasureSettings
 
 

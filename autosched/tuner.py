@@ -19,14 +19,14 @@ from .components import make_cost_model, make_strategy
 from .config import TuneConfig
 from .db import make_record, open_database
 from .errors import BudgetExhausted, InfrastructureError, UserError
-from .measure import MeasureInput, MeasureResult
-from .measure.base import Measurer, measure_chunks
-from .measure.bundle_runner import BundleMeasurer, RoundPending
+from .measure.base import Measurer, MeasureFuture
 from .measure.factory import make_measurer
+from .measure.settings import MeasureInput
+from .results import MeasureResult
 from .search import SearchStrategy
 from .target import TargetSpec, resolve_target
-from .validation import check_tasks
 from .task_scheduler import TaskScheduler
+from .validation import check_tasks
 from .versions import current_versions
 
 
@@ -45,6 +45,7 @@ class TaskState:
     history: list[float] = field(default_factory=list)  # best latency after each batch
     exhausted: bool = False
     retry: list[Candidate] = field(default_factory=list)  # failures to measure again
+    pending: int = 0  # candidates whose results a later run records (see Measurer.collect)
     baseline: object = None  # the default candidate's module (see MeasureInput.baseline)
 
     @property
@@ -63,7 +64,8 @@ class TuneResult:
     out_of_time: bool = False   # `stopped` by `TuneConfig.time_budget_s`: a normal end
     warm_start: object = None   # WarmStart: what the cost model learned before the run
     dry_run: list | None = None  # DryRunReport per task, for `TuneConfig.dry_run`
-    bundle: str | None = None   # `--runner bundle:DIR`: the round written, or what to do next
+    bundle: str | None = None   # what the measurer says is next (`Measurer.finish_run`):
+    #                             a bundle's round written, or what to run before a rerun
 
     @property
     def trials(self) -> int:
@@ -112,9 +114,9 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
     `strategy_factory()`, called once a task (default: `config.strategy`, the learned
     strategies of a run sharing one cost model). With `config.dry_run` nothing is
     measured and the database is not opened: `TuneResult.dry_run` holds the reports.
-    With a bundle (`--runner bundle:DIR`, see `measure/bundle_runner.py`) the results
-    measured into DIR are recorded first, then the next round is built into DIR within
-    what is left of `config.trials`: `TuneResult.bundle` says what to run next."""
+    Results that earlier runs left pending (a bundle, `--runner bundle:DIR`) are
+    recorded first (`Measurer.collect`); results pending at the end are handed over by
+    `Measurer.finish_run`, whose line is `TuneResult.bundle`."""
     deadline = None if config.time_budget_s is None else clock() + config.time_budget_s
     target = resolve_target(config.target)
     check_tasks(tasks, target)  # bad input stops here: nothing opened, nothing built
@@ -130,24 +132,21 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
         if owned:
             measurer = make_measurer(config.measure, config.runner, config.work_dir)
         versions = current_versions(SPACE_VERSION)
-        bundle = measurer.bundle if isinstance(measurer, BundleMeasurer) else None
-        if bundle is not None:
-            bundle.check(tasks, target, versions)  # another command's bundle: refused
+        measurer.check_run(tasks, target, versions)  # another command's bundle: refused
         try:  # records, and what the database holds, are of the machine that measures
             target = target.measured_on(measurer.hardware(target))
         except (BudgetExhausted, InfrastructureError) as e:
             return TuneResult([], db.url, target, stopped=str(e))
         for task in tasks:
             db.register_task(task.to_json())
-        imported, learned = bundle.import_results(db, tasks, target, versions,
-                                                  config.retry_failures) \
-            if bundle is not None else ([], {})
+        imported, learned = measurer.collect(db, tasks, target, versions,
+                                             config.retry_failures)
         known_tasks = db.tasks()
         states = [_task_state(task, db, target, versions, config, space_factory,
                               new_strategy, known_tasks) for task in tasks]
         warm = _warm_start(states, config, db, target, versions, known_tasks, space_factory)
         result = TuneResult(states, db.url, target, warm_start=warm)
-        budget = config.trials if bundle is None else bundle.budget(config.trials)
+        budget = measurer.budget(config.trials)
         for cb in callbacks:
             cb.on_start(states, budget)
         _learn_imported(states, imported, learned, callbacks)
@@ -158,8 +157,8 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
             result.out_of_time = result.stopped is not None
         except (BudgetExhausted, InfrastructureError) as e:
             result.stopped = str(e)  # committed chunks stay, the one in flight is dropped
-        if bundle is not None and (result.stopped is None or result.out_of_time):
-            result.bundle = bundle.finish_round(tasks, target, versions, config.trials)
+        if result.stopped is None or result.out_of_time:
+            result.bundle = measurer.finish_run(tasks, target, versions, config.trials)
         for cb in callbacks:
             cb.on_end(result)
         return result
@@ -253,9 +252,9 @@ def _dry_run(tasks, config: TuneConfig, target, space_factory, callbacks) -> Tun
 
 
 def _learn_imported(states, imported, learned, callbacks) -> None:
-    """A bundle's results, recorded at the start of the run: the new ones count as this
-    run's trials, and the search learns from every result of the bundle (earlier runs'
-    imports too), as if it had measured them itself."""
+    """Results that earlier runs left pending (a bundle's), recorded at the start of
+    the run: the new ones count as this run's trials, and the search learns from every
+    result collected (earlier runs' too), as if it had measured them itself."""
     new = {(r.task_key, r.candidate_key) for r in imported}
     for st in states:
         pairs = learned.get(st.task.key)
@@ -283,7 +282,7 @@ def _loop(states, config, budget, target, versions, db, measurer, scheduler,
         if out_of_time():
             return (f"time budget of {config.time_budget_s:g} s spent after "
                     f"{sum(s.trials for s in states)} of {config.trials} trials")
-        live = [i for i, s in enumerate(states) if not s.exhausted]
+        live = [i for i, s in enumerate(states) if not s.exhausted and not s.pending]
         if not live:
             break
         i = scheduler.next_task([s.history for s in states], live)
@@ -293,25 +292,25 @@ def _loop(states, config, budget, target, versions, db, measurer, scheduler,
         if not proposals:
             st.exhausted = True
             continue
-        results = []
+        finished = []  # (proposal, result) of every done future
         # Commit as results arrive, a build-parallel chunk at a time: a kill loses at most
         # the chunk in flight (and the next one's builds), never a completed measurement.
         # A runner that measures several candidates at once (RPC sessions) gets chunks it
         # can fill; the measurer may build the next chunk while one runs.
         step = max(1, measurer.concurrency)
         chunks = [proposals[start:start + step] for start in range(0, len(proposals), step)]
-        try:
-            with closing(_measure(st, chunks, target, measurer)) as measured:
-                for chunk, chunk_results in zip(chunks, measured):
-                    _record(st, chunk, chunk_results, target, versions, config, db,
-                            callbacks)
-                    results += chunk_results
-        except RoundPending:  # a bundle's batch (one chunk): its results come later
-            st.exhausted = True
-            done += len(proposals)
-            continue
-        st.strategy.update(st.space, [c for c, _ in proposals], [m for _, m in proposals], results)
-        st.history.append(st.best_latency)
+        with closing(_measure(st, chunks, target, measurer)) as measured:
+            for chunk, futures in zip(chunks, measured):
+                ready = [(p, f.result()) for p, f in zip(chunk, futures) if f.done()]
+                st.pending += len(chunk) - len(ready)
+                if ready:
+                    _record(st, [p for p, _ in ready], [r for _, r in ready], target,
+                            versions, config, db, callbacks)
+                finished += ready
+        if finished:  # a task with pending results waits for them: it proposes no more
+            st.strategy.update(st.space, [c for (c, _), _ in finished],
+                               [m for (_, m), _ in finished], [r for _, r in finished])
+            st.history.append(st.best_latency)
         done += len(proposals)
         for cb in callbacks:
             cb.on_batch(states, done, budget)
@@ -341,9 +340,11 @@ def _proposals(st: TaskState, n: int, rng: random.Random):
     return out[:n]
 
 
-def _measure(st: TaskState, chunks, target, measurer) -> Iterator[list[MeasureResult]]:
-    """Limit-check every candidate; measure the ones that fit: each chunk's results as
-    soon as it is measured (`measure_chunks`). Close it when done early."""
+def _measure(st: TaskState, chunks, target, measurer: Measurer
+             ) -> Iterator[list[MeasureFuture]]:
+    """Limit-check every candidate; measure the ones that fit: each chunk's futures as
+    soon as it is measured (`Measurer.measure_stream`), a limit-check failure's from
+    `Measurer.settle`. Close it when done early."""
     checked = []  # per chunk: a result for each candidate that fails the check, else None
     inputs = []   # per chunk: the candidates to measure
     for chunk in chunks:
@@ -351,17 +352,15 @@ def _measure(st: TaskState, chunks, target, measurer) -> Iterator[list[MeasureRe
                         for reason in (st.space.check(mod) for _, mod in chunk)])
         inputs.append([MeasureInput(st.task, target, cand, mod, _baseline(st))
                        for (cand, mod), r in zip(chunk, checked[-1]) if r is None])
-    # A bundle's round holds its limit-check failures too: every result of a round is
-    # recorded with the fingerprint of the machine that measured the round.
-    if isinstance(measurer, BundleMeasurer):
-        for chunk, known, todo in zip(chunks, checked, inputs):
-            measurer.defer(todo, [(st.task, c, r) for (c, _), r in zip(chunk, known)
-                                  if r is not None])
-    measured = measure_chunks(measurer, [todo for todo in inputs if todo])
+    measured = measurer.measure_stream([todo for todo in inputs if todo])
     try:
-        for known, todo in zip(checked, inputs):
+        for chunk, known, todo in zip(chunks, checked, inputs):
             got = iter(next(measured) if todo else [])
-            yield [r if r is not None else next(got) for r in known]
+            refused = [(MeasureInput(st.task, target, cand, mod, _baseline(st)), r)
+                       for (cand, mod), r in zip(chunk, known) if r is not None]
+            settled = iter(measurer.settle([i for i, _ in refused], [r for _, r in refused])
+                           if refused else [])
+            yield [next(got) if r is None else next(settled) for r in known]
     finally:
         measured.close()
 

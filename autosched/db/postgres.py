@@ -62,7 +62,7 @@ class PostgresDatabase(SqlDatabase):
         import psycopg
         from psycopg_pool import ConnectionPool
 
-        from . import mask_password
+        from .urls import mask_password
 
         self.url = mask_password(url)
         self._secret = _password(url)

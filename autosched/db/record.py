@@ -8,7 +8,7 @@ import socket
 import time
 from dataclasses import dataclass, field, replace
 
-from ..measure.result import MeasureResult
+from ..results import MeasureResult
 
 
 def _canon(obj) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 
-from ..measure.result import MeasureResult
+from ..results import MeasureResult
 from .record import Record
 
 #: What every record query selects; `row_record` turns one such row into a Record.

@@ -325,7 +325,7 @@ def build_job(request: dict) -> dict:
     every process shares). A failure says at which stage (`compile` in TVM, `export`:
     linking) and, for linking, the evidence `faults.judge_reply` weighs: the compiler
     found here, the OSError's errno and file. CUDA device code is made here
-    (`cuda_compile.build_cuda`); a fault of the machine found there comes back as
+    (`cuda.compiler.build_cuda`); a fault of the machine found there comes back as
     `machine` and `remedy`, raised for the whole batch."""
     started = time.monotonic()
     reply = _build(request)
@@ -362,12 +362,12 @@ def _build(request: dict) -> dict:
 
 
 def _compile(mod, request: dict):
-    """The executable of `mod`: CUDA through `cuda_compile` (device code made here, for
+    """The executable of `mod`: CUDA through `cuda.compiler` (device code made here, for
     exactly the target's arch), anything else with `tvm.compile`."""
     import tvm
 
     if request.get("kind") == "cuda":
-        from .cuda_compile import build_cuda
+        from .cuda.compiler import build_cuda
 
         return build_cuda(mod, request["target"],
                           request.get("cuda_compiler", "auto")).executable
@@ -375,7 +375,7 @@ def _compile(mod, request: dict):
 
 
 def _compile_error_text(e: Exception) -> str:
-    from .cuda_compile import CudaCompileError
+    from .cuda.compiler import CudaCompileError
     from .worker import error_text
 
     return str(e) if isinstance(e, CudaCompileError) else error_text(e)

@@ -5,7 +5,7 @@ reference inputs (outputs prefilled with NaN / the integer maximum so unwritten
 elements show), compares every output with the reference (`check.compare`), checks
 that no input was overwritten, and only then times the kernel with TVM's
 `time_evaluator` (on CUDA: events on the worker's own stream, L2 flushed; see
-`cuda_timing`). Candidates run strictly one after another: timing wants a quiet
+`cuda.timing`). Candidates run strictly one after another: timing wants a quiet
 machine. A candidate past `settings.run_timeout` has its worker killed (`run_timeout`);
 a worker that dies (a wild store, SIGSEGV) gives `run_error` with the signal; a CUDA
 error (an illegal address, a launch failure) leaves the worker's CUDA context unusable,
@@ -21,10 +21,11 @@ import os
 import time
 
 from ..errors import InfrastructureError
+from ..results import MeasureResult
 from ..target import TargetSpec
 from .base import BuildArtifact
-from .reference import Reference, ensure_reference
-from .result import MeasureResult
+from .reference.data import Reference
+from .reference.store import ensure_reference
 from .run_job import TEST_FAULT_KEY, run_request
 from .settings import MeasureInput, MeasureSettings
 from .worker import WorkerDied, WorkerProcess

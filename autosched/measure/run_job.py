@@ -5,7 +5,7 @@ overwritten) with the comparison rule of `check.compare`, then time it.
 It needs only `tvm_ffi`, TVM's runtime libraries (`autosched.tvm_runtime`) and numpy,
 never the TVM compiler: a GPU machine without TVM's compiler (a bundle measurer) calls
 `run_job` in its own process. On the CPU it times with the runtime's `time_evaluator`
-(`runtime.RPCTimeEvaluator`); on CUDA with `cuda_timing` (events on the worker's own
+(`runtime.RPCTimeEvaluator`); on CUDA with `cuda.timing` (events on the worker's own
 stream, L2 flushed before each timed call).
 
 The request (a JSON dict): `lib`, `reference` (a reference directory), `device` ("cpu"
@@ -22,7 +22,7 @@ The reply is one of:
   cannot run anything (no TVM runtime, no CUDA driver or runtime, no device, a library
   without code for this GPU); nothing about the candidate is known.
 
-The RPC session worker (`rpc_session.py`) uses the same reference loading and output
+The RPC session worker (`rpc/session.py`) uses the same reference loading and output
 check on the data it copies back from a server, so both runners judge alike.
 """
 from __future__ import annotations
@@ -78,7 +78,7 @@ def run_request(settings, lib: str, reference_dir: str, device: str) -> dict:
 
 def load_reference_arrays(directory: str) -> tuple:
     """(specs, inputs, expected, tolerances) of a reference directory, cached."""
-    from .reference import load_reference
+    from .reference.data import load_reference
 
     key = (directory, os.stat(os.path.join(directory, "meta.json")).st_mtime_ns)
     if key not in _LOADED:
@@ -105,7 +105,7 @@ def infrastructure_reply(e: InfrastructureError) -> dict:
 def check_outputs(specs, inputs, args, outs, expected, tols) -> str | None:
     """None when every output matches and no input changed, else what went wrong.
     `args` and `outs` are the kernel's inputs and outputs copied back as numpy arrays."""
-    from .check import compare
+    from .reference.check import compare
 
     for spec, out, exp, tol in zip(specs[1], outs, expected, tols):
         msg = compare(spec.name, out, exp, tol)
@@ -134,7 +134,7 @@ def open_device(kind: str):
 
 def _why_no_device() -> str:
     """The CUDA runtime's own answer to "how many devices?" (one line)."""
-    from .cudart import CudaError, Cudart
+    from .cuda.cudart import CudaError, Cudart
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
@@ -150,8 +150,8 @@ def _cuda_timer(request: dict):
     """This process's CudaTimer for the request's settings, made before any candidate
     code runs: a GPU that cannot give it a stream or the flush buffer (full memory)
     would fail every candidate alike, so that is an InfrastructureError."""
-    from .cuda_timing import CudaTimer
-    from .cudart import CudaError
+    from .cuda.timing import CudaTimer
+    from .cuda.cudart import CudaError
 
     key = (request.get("stream", "runner"), bool(request.get("flush_l2", True)))
     if key not in _TIMERS:
@@ -171,7 +171,7 @@ def _drop_timers() -> None:
 
 
 def _inject_fault(spec: str) -> None:
-    from .cudart import CudaError
+    from .cuda.cudart import CudaError
 
     kind, _, rest = spec.partition(":")
     if kind != "cuda_error":
@@ -183,7 +183,7 @@ def _inject_fault(spec: str) -> None:
 def _run_failure(kind: str, e: Exception) -> dict:
     """A candidate's run_error, sticky (restart) for any error of a CUDA run; or the
     machine's fault for the CUDA errors no kernel causes (MACHINE_CUDA_ERRORS)."""
-    from .cudart import CudaError
+    from .cuda.cudart import CudaError
     from .worker import error_text
 
     text = error_text(e)
@@ -209,7 +209,7 @@ def _time_cpu(lib, dev, call_args, request: dict) -> list[float]:
 
 def _host(tensors, specs) -> list:
     from .device_arrays import to_host
-    from .reference import np_dtype
+    from .reference.data import np_dtype
 
     return [to_host(t, s.shape, np_dtype(s.dtype)) for t, s in zip(tensors, specs)]
 
@@ -241,7 +241,7 @@ def _measure(request: dict, dev, timer, reference: tuple) -> dict:
     import tvm_ffi
 
     from .device_arrays import sync, to_device
-    from .reference import poison
+    from .reference.data import poison
 
     specs, inputs, expected, tols = reference
     lib = tvm_ffi.load_module(request["lib"])

@@ -40,15 +40,15 @@ class MeasureSettings:
     reference_timeout: float = 1800.0  # computing a task's expected outputs, once per task
     # `--runner bundle:DIR`: the largest reference data (a task's inputs and outputs, in
     # MiB) a bundle carries as arrays; above it, the inputs' recipe and a reference kernel
-    # that the measuring machine runs (see bundle_recipe.py)
+    # that the measuring machine runs (see bundle/recipe.py)
     bundle_reference_mib: float = 8.0
-    # CUDA only (see cuda_timing): flush L2 before each timed call; the stream kernels
+    # CUDA only (see cuda/timing.py): flush L2 before each timed call; the stream kernels
     # run on ("runner": the run worker's own non-blocking stream; "default": stream 0)
     flush_l2: bool = True
     stream: str = "runner"
 
     def __post_init__(self):
-        from .cuda_timing import STREAMS
+        from .cuda.timing import STREAMS
 
         if self.stream not in STREAMS:
             raise ValueError(f"stream must be one of {', '.join(STREAMS)}, got {self.stream!r}")

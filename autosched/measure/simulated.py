@@ -19,8 +19,9 @@ import json
 from typing import Iterable
 
 from ..errors import UserError
+from ..results import MeasureResult
 from ..target import TargetSpec
-from .result import MeasureResult
+from .base import Measurer
 from .settings import MeasureInput
 
 
@@ -28,7 +29,7 @@ class NotInLog(LookupError):
     """The simulation was asked for a measurement its log does not hold."""
 
 
-class SimulatedMeasurer:
+class SimulatedMeasurer(Measurer):
     """Answers each input with the logged result of the same task and candidate.
 
     `records` are `Record`s (see `from_log` for a file). Where the log holds the same
@@ -119,12 +120,3 @@ class SimulatedMeasurer:
                                f"candidate {json.dumps(inp.candidate.to_json())}")
         self.measured += keys
         return [self._results[key] for key in keys]
-
-    def close(self) -> None:
-        return None
-
-    def __enter__(self) -> "SimulatedMeasurer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

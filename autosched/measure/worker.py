@@ -37,9 +37,9 @@ from ..threads import kernel_thread_env
 HANDLERS = {
     "build": "autosched.measure.builder:build_job",
     "run": "autosched.measure.run_job:run_job",
-    "rpc": "autosched.measure.rpc_session:run_job",
-    "reference": "autosched.measure.reference_job:reference_job",
-    "bundle_reference": "autosched.measure.bundle_reference:reference_kernel_job",
+    "rpc": "autosched.measure.rpc.session:run_job",
+    "reference": "autosched.measure.reference.job:reference_job",
+    "bundle_reference": "autosched.measure.bundle.target_reference:reference_kernel_job",
 }
 # What a role imports before it says ready, so start-up never eats into a timeout. The
 # roles that only run kernels need TVM's runtime, not its compiler (which is absent on a

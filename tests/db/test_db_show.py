@@ -19,7 +19,7 @@ from autosched.cli.main import main
 from autosched.db import make_record, open_database
 from autosched.errors import UserError
 from autosched.kernel_source import kernel_source, read_record
-from autosched.measure.result import MeasureResult
+from autosched.results import MeasureResult
 from autosched.target import resolve_target
 from autosched.versions import current_versions
 from autosched.workload import load_op_file, make_task

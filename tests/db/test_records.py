@@ -7,7 +7,7 @@ import math
 import pytest
 from support.records import hardware_key, make_rec, target_key, task_json, task_key, versions
 
-from autosched.measure.result import MeasureResult
+from autosched.results import MeasureResult
 
 V = versions()
 MM = task_key("mm")

@@ -17,8 +17,9 @@ import pytest
 from support.bundles import measure, measure_cmd, measure_env
 
 from autosched.db import open_database
-from autosched.measure import MeasureResult, MeasureSettings
-from autosched.measure.bundle_format import read_results
+from autosched.measure import MeasureSettings
+from autosched.results import MeasureResult
+from autosched.measure.bundle.format import read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 MATMUL = str(ROOT / "examples" / "matmul.py")
@@ -286,8 +287,8 @@ def test_import_records_each_result_once_and_a_retry_replaces_its_failure(tmp_pa
     """Import alone, on result files as the measuring side writes them: a rerun adds
     nothing; a newer result of a failed candidate is recorded only under
     `--retry-failures`, and then replaces the failure."""
-    from autosched.measure.bundle_format import write_json
-    from autosched.measure.bundle_runner import BundleRunner
+    from autosched.measure.bundle.format import write_json
+    from autosched.measure.bundle.runner import BundleRunner
     from autosched.versions import current_versions
     from autosched.workload import load_tasks
     from search_space import SPACE_VERSION, Candidate

@@ -9,10 +9,10 @@ import os
 import pytest
 from support.bundles import measure
 
-from autosched.components import parse_runner, runner_factory
+from autosched.measure.runners import parse_runner, runner_factory
 from autosched.errors import UserError
 from autosched.measure import MeasureSettings
-from autosched.measure.bundle_format import BundleError, one_machine
+from autosched.measure.bundle.format import BundleError, one_machine
 
 
 def test_runner_names_and_bad_directories(tmp_path):
@@ -42,7 +42,7 @@ def test_results_from_two_machines_are_refused():
 
 
 def test_one_process_works_on_a_bundle_at_a_time(tmp_path):
-    from autosched.measure.bundle_format import BundleLock
+    from autosched.measure.bundle.format import BundleLock
 
     with BundleLock(str(tmp_path)):
         with pytest.raises(BundleError, match="another process is working on this bundle"):

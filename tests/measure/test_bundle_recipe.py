@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from support.bundles import measure
 
-from autosched.measure.bundle_format import read_results
+from autosched.measure.bundle.format import read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 MATMUL = str(ROOT / "examples" / "matmul.py")
@@ -66,7 +66,7 @@ def bundle(recipe_round, tmp_path):
 
 
 def test_reference_bytes_count_inputs_and_outputs():
-    from autosched.measure.bundle_recipe import reference_bytes
+    from autosched.measure.bundle.recipe import reference_bytes
 
     assert reference_bytes(the_task()) == 3 * 128 * 128 * 4
     assert reference_bytes(the_task(["M=4096", "N=4096", "K=4096"])) == 192 * 2 ** 20
@@ -110,8 +110,9 @@ def test_the_same_task_below_the_limit_ships_its_arrays(tmp_path):
 def test_the_measuring_machine_checks_regenerates_and_judges_then_tune_records(bundle,
                                                                                 tmp_path):
     from autosched.db import open_database
-    from autosched.measure.check import tolerance_for
-    from autosched.measure.reference import ensure_reference, load_reference, random_inputs
+    from autosched.measure.reference.check import tolerance_for
+    from autosched.measure.reference.data import load_reference, random_inputs
+    from autosched.measure.reference.store import ensure_reference
 
     directory, work = bundle
     task = the_task()
@@ -212,7 +213,7 @@ def test_a_cuda_bundle_of_a_4096_cubed_matmul_carries_fatbin_kernels_not_arrays(
     """Built on this machine, which has no GPU (cuda_compile's build-host driver): the
     round of 4 candidates and the task's reference kernels, far below the 64 MiB that
     one call to a GPU machine carries; the CPU reference (40 minutes) is never made."""
-    from autosched.measure import fatbin
+    from autosched.measure.cuda import fatbin
     from autosched.target import resolve_target
 
     directory, work = tmp_path / "b", tmp_path / "work"
@@ -242,7 +243,7 @@ def _assert_the_check_passes(folder: Path, small, target) -> None:
     """What the GPU machine's check compares: the reduced instance's reference kernel
     (its module, run by the CUDA emulator) against the CPU outputs the bundle carries,
     judged as a candidate is."""
-    from autosched.measure.bundle_recipe import kernel_input
+    from autosched.measure.bundle.recipe import kernel_input
     from autosched.measure.run_job import check_outputs, load_reference_arrays
     from support import cuda_emulator
 

@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autosched.measure.check import (Tolerance, compare, relative_tolerance,
-                                     tolerance_for)
+from autosched.measure.reference.check import Tolerance, compare, relative_tolerance, tolerance_for
 
 
 @pytest.mark.parametrize("dtype, extent, expected", [

@@ -48,9 +48,9 @@ BUILD = textwrap.dedent("""
     from autosched.db import open_database
     from autosched.db.record import make_record
     from autosched.dry_run import dry_run_task
-    from autosched.measure import fatbin
+    from autosched.measure.cuda import fatbin
     from autosched.measure.builder import LocalBuilder
-    from autosched.measure.result import MeasureResult
+    from autosched.results import MeasureResult
     from autosched.measure.settings import MeasureInput, MeasureSettings
     from autosched.target import resolve_target
     from autosched.versions import current_versions
@@ -233,7 +233,7 @@ NO_COMPILER = textwrap.dedent("""
     import tvm
     from tvm import te
     from autosched.errors import InfrastructureError
-    from autosched.measure.cuda_compile import build_cuda
+    from autosched.measure.cuda.compiler import build_cuda
     a = te.placeholder((64,), name="a")
     b = te.compute((64,), lambda i: a[i] * 2, name="b")
     try:

@@ -11,12 +11,7 @@ import pytest
 from support.cuda_standin import build_standin, cuda_toolkit_lib, gpu_machine_env
 
 from autosched.measure import MeasureSettings
-from autosched.measure.cuda_timing import (
-    MAX_NUMBER,
-    median,
-    next_number,
-    repeat_latency,
-)
+from autosched.measure.cuda.timing import MAX_NUMBER, median, next_number, repeat_latency
 
 
 def test_number_grows_to_reach_min_repeat_ms():
@@ -51,8 +46,8 @@ def test_the_timing_settings_are_recorded_with_cuda_defaults():
 
 BINDING = """
 import json
-from autosched.measure.cudart import Cudart, CudaError
-from autosched.measure.cuda_timing import CudaTimer
+from autosched.measure.cuda.cudart import Cudart, CudaError
+from autosched.measure.cuda.timing import CudaTimer
 out = {}
 for what, make in (("count", lambda: Cudart().device_count()), ("timer", CudaTimer)):
     try:
@@ -84,7 +79,7 @@ def test_cuda_runtime_errors_come_back_with_code_call_and_text(tmp_path, child_e
 def gpu():
     """(device, Cudart) on a machine with an NVIDIA GPU; skipped elsewhere."""
     from autosched.errors import InfrastructureError
-    from autosched.measure.cudart import Cudart
+    from autosched.measure.cuda.cudart import Cudart
     from autosched.measure.run_job import open_device
 
     try:
@@ -123,7 +118,7 @@ def _copy_call(gpu, n):
 
 @pytest.mark.gpu
 def test_kernels_run_on_the_runners_own_stream(gpu):
-    from autosched.measure.cuda_timing import CudaTimer
+    from autosched.measure.cuda.timing import CudaTimer
 
     dev, rt = gpu
     call = _copy_call(gpu, 1 << 26)  # 256 MiB each way: milliseconds of work
@@ -142,7 +137,7 @@ def test_kernels_run_on_the_runners_own_stream(gpu):
 
 @pytest.mark.gpu
 def test_flushing_l2_times_data_that_fits_in_it_cold(gpu):
-    from autosched.measure.cuda_timing import CudaTimer
+    from autosched.measure.cuda.timing import CudaTimer
 
     dev, rt = gpu
     n = rt.attribute("l2_cache_bytes") // 4 // 4  # in + out: half of L2

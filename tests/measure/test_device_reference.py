@@ -12,10 +12,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from autosched.measure.device_reference import (SMALL_EXTENT, block_names, cpu_run, plan,
+from autosched.measure.reference.device import (SMALL_EXTENT, block_names, cpu_run, plan,
                                                 reduced_args, reduced_task)
-from autosched.measure.reference import ensure_reference, load_reference
-from autosched.measure.reference_job import (TEST_FAULT_ATTR, ReferenceFailed,
+from autosched.measure.reference.data import load_reference
+from autosched.measure.reference.store import ensure_reference
+from autosched.measure.reference.job import (TEST_FAULT_ATTR, ReferenceFailed,
                                              reference_request)
 from autosched.measure.worker import WorkerProcess
 
@@ -221,7 +222,7 @@ _GPU_MACHINE_CHILD = textwrap.dedent("""
     import dataclasses, sys, tempfile
     from autosched.workload import load_tasks
     from autosched.target import resolve_target
-    from autosched.measure.reference import ensure_reference
+    from autosched.measure.reference.store import ensure_reference
     task = load_tasks(sys.argv[1], ["softmax"], arg_items=["M=100", "N=80"])[0]
     target = dataclasses.replace(resolve_target("cuda"), has_local_device=True)
     try:
@@ -257,7 +258,7 @@ def test_on_a_gpu_machine_the_worker_builds_for_the_device_and_stops_at_it(
 
 
 def test_first_mismatch_names_the_first_output_outside_the_tolerance():
-    from autosched.measure.reference_job import first_mismatch
+    from autosched.measure.reference.job import first_mismatch
     from autosched.task import TensorSpec
 
     specs = [TensorSpec("y", (2, 2), "float32"), TensorSpec("n", (3,), "int32")]

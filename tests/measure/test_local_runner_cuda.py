@@ -20,7 +20,7 @@ ILLEGAL_ADDRESS = ("cuda_error:700:cudaErrorIllegalAddress:an illegal memory acc
 def test_a_cuda_error_replaces_the_worker_and_fails_only_its_candidate(
         tmp_path, settings, kernels, matmul_task, inp, is_alive):
     from autosched.measure.builder import LocalBuilder
-    from autosched.measure.factory import BuildRunMeasurer
+    from autosched.measure.build_run import BuildRunMeasurer
     from autosched.measure.local_runner import TEST_RUN_FAULT_ATTR, LocalRunner
 
     work = str(tmp_path)
@@ -47,7 +47,7 @@ def test_a_library_without_code_for_this_gpu_stops_the_run(tmp_path, settings, k
                                                            matmul_task, inp, is_alive):
     from autosched.errors import InfrastructureError
     from autosched.measure.builder import LocalBuilder
-    from autosched.measure.factory import BuildRunMeasurer
+    from autosched.measure.build_run import BuildRunMeasurer
     from autosched.measure.local_runner import TEST_RUN_FAULT_ATTR, LocalRunner
 
     work = str(tmp_path)

@@ -7,10 +7,11 @@ import os
 import pytest
 
 from autosched.errors import UserError
-from autosched.measure import MeasureResult
-from autosched.components import RUNNERS, parse_runner
+from autosched.results import MeasureResult
+from autosched.measure.runners import RUNNERS, parse_runner
 from autosched.measure.builder import LocalBuilder
-from autosched.measure.factory import BuildRunMeasurer, make_measurer
+from autosched.measure.build_run import BuildRunMeasurer
+from autosched.measure.factory import make_measurer
 from autosched.measure.local_runner import LocalRunner
 
 # (kernel, expected failure kind or None for a correct kernel)

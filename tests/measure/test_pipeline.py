@@ -18,9 +18,9 @@ from autosched.components import make_strategy
 from autosched.config import TuneConfig
 from autosched.db import open_database
 from autosched.errors import InfrastructureError
-from autosched.measure.base import StreamingMeasurer
+from autosched.measure.base import Measurer
 from autosched.measure.builder import LocalBuilder
-from autosched.measure.factory import BuildRunMeasurer
+from autosched.measure.build_run import BuildRunMeasurer
 from autosched.measure.local_runner import TEST_RUN_FAULT_ATTR, LocalRunner
 from autosched.measure.simulated import SimulatedMeasurer
 from autosched.tuner import Callback, tune_tasks
@@ -162,7 +162,7 @@ def test_a_fault_of_the_machine_mid_stream_keeps_what_was_yielded(fast, kernels,
 # ------------------------------------------------- the tuning loop on a streaming measurer
 
 
-class LoggedStream(StreamingMeasurer):
+class LoggedStream(Measurer):
     """Replays the tiny matmul log through `measure_stream`, four candidates a chunk,
     and logs what the loop asks, what it yields and when the loop closes it."""
 

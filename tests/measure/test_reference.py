@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from autosched.errors import InfrastructureError
-from autosched.measure.check import relative_tolerance
-from autosched.measure.reference import (REFERENCE_VERSION, ensure_reference, load_reference,
-                                         random_inputs, reduction_extent, reference_dir)
-from autosched.measure.reference_job import TEST_FAULT_ATTR, ReferenceFailed
+from autosched.measure.reference.check import relative_tolerance
+from autosched.measure.reference.data import (REFERENCE_VERSION, load_reference, random_inputs,
+                                              reduction_extent, reference_dir)
+from autosched.measure.reference.store import ensure_reference
+from autosched.measure.reference.job import TEST_FAULT_ATTR, ReferenceFailed
 from autosched.task import TensorSpec
 
 
@@ -129,7 +130,7 @@ def test_a_partial_directory_is_recomputed(tmp_path, matmul_task):
 _CHILD = textwrap.dedent("""
     import hashlib, json, os, sys, time
     from autosched.workload import load_tasks
-    from autosched.measure.reference import ensure_reference
+    from autosched.measure.reference.store import ensure_reference
     task = load_tasks(sys.argv[1], arg_items=["M=48", "N=40", "K=56"])[0]
     work, scratch, barrier = sys.argv[2], sys.argv[3] or None, sys.argv[4] or None
     if barrier:  # start writing together with the other process
@@ -250,7 +251,7 @@ def test_a_reference_worker_that_dies_is_a_clear_stop(tmp_path, matmul_task):
     assert re.fullmatch(
         r"reference of matmul\(M=32,N=32,K=32,dtype=float32\) on the CPU: the reference "
         r"worker killed by signal 11 \(SIGSEGV\) \(Fatal Python error: Segmentation fault "
-        r"in reference_job at reference_job\.py:\d+\); nothing was recorded; fix the cause "
+        r"in reference_job at job\.py:\d+\); nothing was recorded; fix the cause "
         r"and rerun", line), line
     assert os.listdir(tmp_path / "reference") == []
     assert _worker_children() == []

@@ -46,7 +46,7 @@ def built(tmp_path_factory, matmul_task, kernels):
     """Libraries of the good and a wrong kernel, and the task's reference directory."""
     import tvm
 
-    from autosched.measure.reference import ensure_reference
+    from autosched.measure.reference.store import ensure_reference
 
     folder = tmp_path_factory.mktemp("run_job")
     paths = {}

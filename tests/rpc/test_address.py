@@ -5,9 +5,9 @@ import pytest
 
 from autosched.cli.workers import farm_state
 from autosched.errors import UserError
-from autosched.components import parse_runner
+from autosched.measure.runners import parse_runner
 from autosched.measure.factory import make_measurer
-from autosched.measure.rpc_tracker import (RPCAddress, parse_rpc_address, parse_tracker,
+from autosched.measure.rpc.tracker import (RPCAddress, parse_rpc_address, parse_tracker,
                                            servers_by_key)
 
 ENV = {"TVM_TRACKER_HOST": "10.0.0.5", "TVM_TRACKER_PORT": "9190", "TVM_TRACKER_KEY": "h100"}

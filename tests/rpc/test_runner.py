@@ -10,7 +10,7 @@ import pytest
 from autosched.errors import NoServersLeft
 from autosched.measure import MeasureInput
 from autosched.measure.factory import make_measurer
-from autosched.measure.rpc_runner import GRACE
+from autosched.measure.rpc.runner import GRACE
 
 N = 64  # the kernels below have the signature of the 64^3 matmul task
 

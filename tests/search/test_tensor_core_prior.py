@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autosched.measure import Measurer
 from autosched.search import EvolutionarySearch, RandomSearch, fresh_samples, sketch_weights
 from cost_model import XGBRanker
 from search_space import generate_space
@@ -98,7 +99,7 @@ def test_a_batch_too_small_for_every_leader_takes_the_tensor_core_one():
 
 
 def test_random_search_draws_by_prior_until_every_sketch_is_measured():
-    from autosched.measure import MeasureResult
+    from autosched.results import MeasureResult
 
     space = _space("sm_90a")
     search = RandomSearch()
@@ -114,7 +115,7 @@ def test_random_search_draws_by_prior_until_every_sketch_is_measured():
 
 
 def test_the_prior_counts_only_until_a_sketch_has_measurements():
-    from autosched.measure import MeasureResult
+    from autosched.results import MeasureResult
 
     space = _space("sm_90a")
     search = EvolutionarySearch(XGBRanker(seed=0), population=16, generations=0)
@@ -131,7 +132,7 @@ def test_the_prior_counts_only_until_a_sketch_has_measurements():
     assert search.sketch_weights(space) == dict.fromkeys(space.priors, 1.0)
 
 
-class _Recording:
+class _Recording(Measurer):
     """A measurer that builds nothing: every candidate "runs" in 1 ms."""
 
     concurrency = 16
@@ -140,7 +141,7 @@ class _Recording:
         self.measured = []
 
     def measure(self, inputs):
-        from autosched.measure import MeasureResult
+        from autosched.results import MeasureResult
 
         self.measured += [inp.candidate for inp in inputs]
         return [MeasureResult(latencies=(1e-3,)) for _ in inputs]

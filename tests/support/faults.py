@@ -11,13 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from autosched.measure.base import Measurer
 from autosched.measure.builder import LocalBuilder
-from autosched.measure.factory import BuildRunMeasurer
+from autosched.measure.build_run import BuildRunMeasurer
 from autosched.measure.local_runner import LocalRunner
 from autosched.tuner import Callback
 
 
-class RecordingMeasurer:
+class RecordingMeasurer(Measurer):
     """A Measurer that hands every batch to a real one and remembers the candidate keys
     it was asked to measure, in order (`asked`)."""
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 
-from autosched.measure import MeasureResult
+from autosched.measure import Measurer
+from autosched.results import MeasureResult
 from autosched.target import TargetSpec
 from autosched.workload import WorkloadDef, make_task
 from search_space import SearchSpace
@@ -103,7 +104,7 @@ def synthetic_latency(cand) -> MeasureResult:
     return MeasureResult(latencies=(1e-3 * 2.0 ** cost,))
 
 
-class SyntheticMeasurer:
+class SyntheticMeasurer(Measurer):
     """A `Measurer` for the tuning loop: every candidate of `MatmulTiling` "measures" as
     `synthetic_latency` and the default as 1 s; nothing is built or run."""
 

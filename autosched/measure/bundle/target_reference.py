@@ -1,5 +1,5 @@
 """On the measuring machine: the reference data of a task that came as a recipe
-(bundle_recipe.py), made before its candidates are judged.
+(recipe.py), made before its candidates are judged.
 
 For each such task with a candidate to run, `make_reference`:
 
@@ -10,9 +10,9 @@ For each such task with a candidate to run, `make_reference`:
    the run worker, `run_job.run_request`, one timed call);
 3. only when that passes, runs the full-size reference kernel once in a fresh worker
    (role ``bundle_reference``, `reference_kernel_job`, killed after the round's
-   `reference_timeout`) on the inputs `reference.random_inputs` regenerates from the
+   `reference_timeout`) on the inputs `reference.data.random_inputs` regenerates from the
    recipe's task key and seed, and writes inputs, outputs and their tolerances
-   (`reference.write_reference`) into a private folder that is renamed into place.
+   (`reference.data.write_reference`) into a private folder that is renamed into place.
 
 A task whose check fails, or whose reference kernel fails, crashes or hangs, cannot
 have its candidates judged: `make_reference` returns why (one line), the measurer
@@ -25,13 +25,13 @@ import os
 import shutil
 import time
 
-from ..errors import InfrastructureError
-from .bundle_format import REFERENCE
-from .bundle_recipe import read_recipe
-from .reference import load_reference
-from .reference_job import one_reply
-from .run_job import run_request
-from .worker import WorkerDied
+from ...errors import InfrastructureError
+from ..reference.data import load_reference
+from ..reference.job import one_reply
+from ..run_job import run_request
+from ..worker import WorkerDied
+from .format import REFERENCE
+from .recipe import read_recipe
 
 # One untimed and one timed call of the reduced kernel: the check only needs its outputs.
 CHECK_SETTINGS = {"warmup": 1, "number": 1, "repeat": 1, "min_repeat_ms": 0,
@@ -126,11 +126,11 @@ def reference_kernel_job(request: dict) -> dict:
     failure (``infrastructure`` when this machine cannot run kernels at all)."""
     import tvm_ffi
 
-    from ..task import TensorSpec
-    from .device_arrays import sync, to_device, to_host
-    from .reference import np_dtype, poison, random_inputs, write_reference
-    from .run_job import infrastructure_reply, open_device
-    from .worker import error_text
+    from ...task import TensorSpec
+    from ..device_arrays import sync, to_device, to_host
+    from ..reference.data import np_dtype, poison, random_inputs, write_reference
+    from ..run_job import infrastructure_reply, open_device
+    from ..worker import error_text
 
     task = request["task"]
     try:

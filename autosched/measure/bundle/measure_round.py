@@ -7,7 +7,7 @@ its task's reference inputs, checked and timed by the run worker's own code
 (`run_job.run_job`), in a child process with the round's `run_timeout`: a kernel that
 crashes or hangs is that candidate's `run_error` / `run_timeout`, and the next one gets
 a fresh child. A task whose bundle carries a recipe instead of its reference arrays
-(bundle_recipe.py) first has its reference made here (bundle_reference.py): checked at
+(recipe.py) first has its reference made here (target_reference.py): checked at
 the reduced shape, then computed by its reference kernel. Each result, with this
 machine's fingerprint, is written atomically to
 `DIR/results/<id>.json` as soon as it is known, so a measurement that is killed loses
@@ -32,15 +32,15 @@ import sys
 import tempfile
 import time
 
-from ..errors import InfrastructureError, UserError
-from ..target import cpu_fingerprint, local_gpu
-from ..versions import AUTOSCHED_VERSION, tvm_ffi_version
-from .bundle_format import (BundleError, BundleLock, one_machine, pending, read_results,
-                            remove_partial, require_bundle, result_path, write_json)
-from .bundle_reference import make_reference, remove_partial_references
-from .result import MeasureResult
-from .run_job import run_request
-from .worker import WorkerDied, WorkerProcess
+from ...errors import InfrastructureError, UserError
+from ...results import MeasureResult
+from ...target import cpu_fingerprint, local_gpu
+from ...versions import AUTOSCHED_VERSION, tvm_ffi_version
+from ..run_job import run_request
+from ..worker import WorkerDied, WorkerProcess
+from .format import (BundleError, BundleLock, one_machine, pending, read_results, remove_partial,
+                     require_bundle, result_path, write_json)
+from .target_reference import make_reference, remove_partial_references
 
 PROG = "python -m autosched.measure.bundle"
 
@@ -212,7 +212,7 @@ class ReferenceUntrusted(InfrastructureError):
 
 def _make_references(runner, manifest, directory, todo, log_dir, out) -> dict[str, str]:
     """Make the reference data of every task of `todo` that came as a recipe and has a
-    candidate to run (bundle_reference.py); {task key: why not} of those that failed."""
+    candidate to run (target_reference.py); {task key: why not} of those that failed."""
     remove_partial_references(directory)
     untrusted = {}
     for key in dict.fromkeys(e["task_key"] for e in todo if e["lib"] is not None):

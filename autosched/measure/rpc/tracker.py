@@ -7,7 +7,7 @@ length-prefixed JSON messages. We speak it directly rather than through
 a refused connection for 60 s and waits for a free server forever) and a request for a
 server must be pollable, so that the runner notices when the last server of its key is
 gone while it waits. Connecting to the server the tracker hands out is TVM's own
-`tvm.rpc.connect`, done by the session worker (`rpc_session.py`).
+`tvm.rpc.connect`, done by the session worker (`session.py`).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Mapping
 from urllib.parse import parse_qsl, urlsplit
 
-from ..errors import UserError
+from ...errors import UserError
 
 ENV_HOST, ENV_PORT, ENV_KEY = "TVM_TRACKER_HOST", "TVM_TRACKER_PORT", "TVM_TRACKER_KEY"
 KEY_PATTERN = re.compile(r"[A-Za-z0-9._-]+")  # the tracker splits keys on ':'

@@ -3,11 +3,7 @@ computation, computed once per task and kept on disk for every runner and worker
 
 Layout: ``<work_dir>/reference/<task key>/`` holds ``meta.json`` plus one ``.npy`` per
 input (``in<i>.npy``) and per expected output (``out<i>.npy``). ``meta.json`` is written
-last, in a private folder (the run's scratch folder when it is given), and the
-directory appears by an atomic rename, so a directory with a readable ``meta.json`` is
-complete. Processes that race to create it agree on one: the rename, and the removal
-of a stale or partial directory in its way, happen under a lock on ``reference/``, so
-a complete directory that matches its task is never moved once anyone may read it.
+last (how a directory appears complete and is shared between processes: `store.py`).
 Arrays are plain ``.npy`` loaded with ``allow_pickle=False``; dtypes numpy lacks
 (bfloat16, float8) are stored as their raw bits and re-viewed on load (``storage`` in
 ``meta.json``).
@@ -16,23 +12,18 @@ Inputs: floats uniform in [-1, 1]; signed integers in [-3, 3]; unsigned in [0, 7
 booleans fair coin flips. The generator is seeded from the task key and a seed, so a
 task's inputs are identical in every process and on every machine.
 
-Expected outputs are computed in a reference worker (`reference_job.py`) that is killed
+Expected outputs are computed in a reference worker (`job.py`) that is killed
 after `timeout` seconds: on the CPU, the unscheduled PrimFunc built for the generic CPU
 (``llvm``); for a CUDA target whose GPU is on this machine, the plain GPU schedule on
-the device, trusted once it matched the CPU at a reduced shape (`device_reference.py`).
+the device, trusted once it matched the CPU at a reduced shape (`device.py`).
 ``meta.json`` says which (``target``, ``expected``, ``check``). Either way the reference
 is valid for every target: the first one made for a task is the one kept.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
-import shutil
-import tempfile
-import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,10 +32,6 @@ from .check import Tolerance, tolerance_for
 
 REFERENCE_VERSION = 2  # 2: made in a worker, maybe on the device (`expected`, `check`)
 REFERENCE_TARGET = {"kind": "llvm"}  # the CPU reference: the generic CPU, plainest code
-# Seconds a reference worker may compute (after its start-up). The CPU reference of a
-# 512^3 float16 matmul takes 4.9 s on a 2-core machine, so 2048^3 about 5 minutes and
-# 4096^3 about 40: past this limit, which a device reference never comes near.
-REFERENCE_TIMEOUT = 1800.0
 
 
 def np_dtype(dtype: str):
@@ -132,7 +119,7 @@ class Reference:
 
     def specs(self) -> tuple[list, list]:
         """(input TensorSpecs, output TensorSpecs) as stored."""
-        from ..task import TensorSpec
+        from ...task import TensorSpec
 
         return ([TensorSpec.from_json(e) for e in self.meta["inputs"]],
                 [TensorSpec.from_json(e) for e in self.meta["outputs"]])
@@ -178,90 +165,12 @@ def load_reference(directory: str) -> Reference | None:
     return Reference(directory, meta)
 
 
-def _matches(ref: Reference, task) -> bool:
-    def specs(entries):
-        return [(e["name"], tuple(e["shape"]), e["dtype"]) for e in entries]
-
-    return (specs(ref.meta["inputs"]) == [(s.name, s.shape, s.dtype) for s in task.inputs]
-            and specs(ref.meta["outputs"]) == [(s.name, s.shape, s.dtype) for s in task.outputs])
-
-
-def ensure_reference(task, work_dir: str, seed: int = 0, *,
-                     scratch_dir: str | None = None, target=None,
-                     timeout: float = REFERENCE_TIMEOUT) -> Reference:
-    """The task's reference, loaded from `work_dir` or computed and stored there.
-    `scratch_dir` (the run's own folder) holds the files until they are published, so
-    a run killed meanwhile leaves nothing in the shared `reference/`, and the reference
-    worker's log. `target` (a TargetSpec; None: the CPU) says where the expected
-    outputs may be computed (see `device_reference.plan`); the worker gets `timeout`
-    seconds. `reference_job.ReferenceFailed` (an InfrastructureError) when it fails,
-    dies or runs out of time: nothing is stored then."""
-    from .reference_job import compute_reference
-
-    final = reference_dir(work_dir, task.key, seed)
-    found = _usable(final, task, seed)
-    if found is not None:
-        return found
-    parent = os.path.dirname(final)
-    os.makedirs(parent, exist_ok=True)
-    staging = _staging(parent, scratch_dir)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{task.key}-", dir=staging)
-    log_dir = os.path.join(scratch_dir or work_dir, "workers")
-    try:
-        meta = compute_reference(task, target, tmp, seed, timeout=timeout, log_dir=log_dir)
-        return _publish(tmp, final, meta, task, seed)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _usable(directory: str, task, seed: int) -> Reference | None:
-    found = load_reference(directory)
-    if found is not None and found.meta.get("seed") == seed and _matches(found, task):
-        return found
-    return None
-
-
-def _staging(parent: str, scratch_dir: str | None) -> str:
-    """Where to write before the rename: the scratch folder if the rename can reach
-    `parent` from there (the same filesystem), else `parent` itself."""
-    if scratch_dir is None:
-        return parent
-    os.makedirs(scratch_dir, exist_ok=True)
-    return scratch_dir if os.stat(scratch_dir).st_dev == os.stat(parent).st_dev else parent
-
-
-@contextmanager
-def _locked(directory: str):
-    """An exclusive lock on `directory`, held by one process at a time."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def _publish(tmp: str, final: str, meta: dict, task, seed: int) -> Reference:
-    """Rename `tmp` to `final`; if another process got there first, use its files.
-    Under the lock, looking at `final` and replacing it is one step for the others."""
-    with _locked(os.path.dirname(final)):
-        other = _usable(final, task, seed)
-        if other is not None:
-            return other
-        if os.path.lexists(final):  # stale or partial: move it out of the way
-            aside = f"{final}.stale-{uuid.uuid4().hex}"
-            os.rename(final, aside)
-            shutil.rmtree(aside, ignore_errors=True)
-        os.rename(tmp, final)
-    return Reference(final, meta, created=True)
-
-
 def write_reference(directory: str, task: dict, seed: int, inputs, expected,
                     how: dict) -> dict:
     """Write the arrays and then ``meta.json`` into `directory`; returns the meta.
     `task` is the request's description (key, name, inputs, outputs, reduction_extent),
     `how` what made the expected outputs (``target``, ``expected``, ``check``)."""
-    from ..task import TensorSpec
+    from ...task import TensorSpec
 
     in_specs = [TensorSpec.from_json(e) for e in task["inputs"]]
     out_specs = [TensorSpec.from_json(e) for e in task["outputs"]]

@@ -51,8 +51,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import InfrastructureError
-from ..target import tvm_target
+from ...errors import InfrastructureError
+from ...target import tvm_target
 
 NVCC, NVRTC, AUTO = "nvcc", "nvrtc", "auto"
 DRIVER, BUILD_HOST = "driver", "build-host placeholder driver"

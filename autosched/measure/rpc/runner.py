@@ -4,7 +4,7 @@ at once (`--runner rpc://HOST:PORT/KEY`).
 Per batch, one thread per concurrent session (as many as the key has servers, at most
 `RPCAddress.sessions`) takes candidates from a shared queue. For each it asks the
 tracker for a free server of the key, then hands the server's address to its own
-session worker process (`rpc_session.py`), which uploads, checks and times the
+session worker process (`session.py`), which uploads, checks and times the
 candidate there. The worker is a separate process so that a hung server can always be
 let go: killing the worker closes the connection, however the remote end behaves.
 
@@ -21,7 +21,7 @@ Faults:
   session is lost while the kernel ran and the server then shows exactly that (gone
   from the tracker, its port still open), the candidate is `run_error` and is not sent
   to another server to crash that one too;
-- every session first reads the server's hardware (`rpc_session.read_hardware`); the
+- every session first reads the server's hardware (`session.read_hardware`); the
   first reading is what `hardware(target)` reports for the run's records, and a server
   of the key that reads otherwise stops the run with a UserError before its result is
   used: one key must name one kind of machine, or a database would mix them;
@@ -37,17 +37,17 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from ..errors import NoServersLeft, UserError
-from ..target import TargetSpec, server_fingerprint
-from .base import BuildArtifact
-from .local_runner import DEVICES
-from .reference import Reference, ensure_reference
-from .result import MeasureResult
-from .rpc_session import KERNEL_PHASES
-from .rpc_tracker import (RPCAddress, ServerRequest, TrackerError, port_open, servers_by_key,
-                          summary)
-from .settings import MeasureInput, MeasureSettings
-from .worker import WorkerDied, WorkerProcess
+from ...errors import NoServersLeft, UserError
+from ...results import MeasureResult
+from ...target import TargetSpec, server_fingerprint
+from ..base import BuildArtifact
+from ..local_runner import DEVICES
+from ..reference.data import Reference
+from ..reference.store import ensure_reference
+from ..settings import MeasureInput, MeasureSettings
+from ..worker import WorkerDied, WorkerProcess
+from .session import KERNEL_PHASES
+from .tracker import RPCAddress, ServerRequest, TrackerError, port_open, servers_by_key, summary
 
 GRACE = 5.0   # seconds past the session timeout before a silent server counts as hung
 POLL = 1.0    # how often a request waiting for a free server checks that servers remain

@@ -16,11 +16,11 @@ outputs be trusted.
   computes the expected outputs after all, and ``meta.json`` says why.
 
 `plan` says which, as runs (module, target, device) for the reference worker
-(`reference_job.py`), which does the same for every target.
+(`job.py`), which does the same for every target.
 """
 from __future__ import annotations
 
-from .reference import REFERENCE_TARGET, reduction_extent
+from .data import REFERENCE_TARGET, reduction_extent
 
 SMALL_EXTENT = 64  # a power of two keeps the divisibility most workloads ask for
 SCHEDULES = ("unscheduled", "reference_schedule")
@@ -104,8 +104,8 @@ def reduced_args(args: dict) -> dict:
 def reduced_task(task):
     """The task's workload at reduced arguments, or None when there is none smaller or
     it cannot stand in for the task (no definition, the call fails, other blocks)."""
-    from ..errors import UserError
-    from ..workload import make_task
+    from ...errors import UserError
+    from ...workload import make_task
 
     args = reduced_args(task.args)
     if task.definition is None or args == dict(task.args):

@@ -4,12 +4,12 @@ past its time.
 Why a worker: the CPU reference of a large task takes minutes (about 40 at a 4096^3
 matmul), and a device reference can crash or hang like any kernel; neither may stall or
 take down the tuner. The worker (role ``reference`` in `worker.HANDLERS`) gets one
-request, made by `reference_request` from `device_reference.plan`: the runs (a module,
+request, made by `reference_request` from `device.plan`: the runs (a module,
 its target, the device) that make the expected outputs, and for the device the check
 at a reduced shape with its CPU fallback. What it does is the same for every target:
 run the check if there is one, generate the seeded inputs, build and run the chosen
 module, write the arrays and ``meta.json`` into the staging folder it was given. The
-parent (`reference.ensure_reference`) publishes that folder.
+parent (`store.ensure_reference`) publishes that folder.
 
 A reference that fails, whose worker dies, or that runs past `timeout` raises
 `ReferenceFailed`, an InfrastructureError: one line naming the task, where it ran and
@@ -22,8 +22,8 @@ import re
 
 import numpy as np
 
-from ..errors import InfrastructureError
-from .worker import WorkerDied, WorkerProcess
+from ...errors import InfrastructureError
+from ..worker import WorkerDied, WorkerProcess
 
 # Test-only fault injection: a PrimFunc attribute of the task read by `reference_request`
 # and acted on by the worker. "crash" kills the worker with SIGSEGV before it computes;
@@ -40,7 +40,7 @@ class ReferenceFailed(InfrastructureError):
 def reference_request(task, target, directory: str, seed: int) -> dict:
     """The worker's request for `task` on `target` (a TargetSpec or None), writing into
     `directory` with inputs seeded by `seed`."""
-    from .device_reference import describe, plan
+    from .device import describe, plan
 
     func, fault = task.func, None
     if func.attrs is not None and TEST_FAULT_ATTR in func.attrs:
@@ -123,9 +123,9 @@ def _one_line(text) -> str:
 
 def reference_job(request: dict) -> dict:
     """In the reference worker: check (device only), compute, write; the meta."""
-    from ..task import TensorSpec
-    from .reference import random_inputs, write_reference
-    from .worker import error_text
+    from ...task import TensorSpec
+    from .data import random_inputs, write_reference
+    from ..worker import error_text
 
     fault = request.get("test_fault")
     try:
@@ -150,8 +150,8 @@ def reference_job(request: dict) -> dict:
 def run_check(check: dict | None, seed: int, fault: str | None) -> dict | None:
     """Run the check's instance on the device and on the CPU and compare them with the
     tolerance candidates get; what the meta records of it (None: no check)."""
-    from ..task import TensorSpec
-    from .reference import random_inputs
+    from ...task import TensorSpec
+    from .data import random_inputs
 
     if check is None:
         return None
@@ -182,14 +182,14 @@ def first_mismatch(out_specs, got, want, reduction_extent: int) -> str | None:
 
 def run_module(run: dict, inputs: list[np.ndarray], out_specs) -> list[np.ndarray]:
     """Build a run's module for its target and call it once on `inputs` on its device;
-    the outputs (prefilled with `reference.poison`, so unwritten elements show)."""
+    the outputs (prefilled with `data.poison`, so unwritten elements show)."""
     import tvm
 
-    from .reference import poison
+    from .data import poison
 
     mod = tvm.ir.load_json(run["mod"])
     if run["target"].get("kind") == "cuda":
-        from .cuda_compile import build_cuda
+        from ..cuda.compiler import build_cuda
 
         exe = build_cuda(mod, run["target"]).executable
     else:

@@ -3,16 +3,17 @@ batch queue, an air-gapped node, a GPU machine without a compiler), one round at
 
 A run of `autosched tune ... --runner bundle:DIR` first records every result the
 measuring machine wrote into DIR (`python -m autosched.measure.bundle DIR`, see
-bundle.py), with that machine's fingerprint, skipping what the database already holds,
+measure_round.py), with that machine's fingerprint, skipping what the database already holds,
 and teaches the search with them. Then, when the round in DIR is fully measured, the
 loop proposes the next round: each task one batch (`--batch-size` candidates), within
 what is left of `--trials`, which counts every candidate of every round of DIR. Each
 batch is built here (with the reference kernels of a task whose reference data is
-above `bundle_reference_mib`: it travels as a recipe, see bundle_recipe.py) and put
-into DIR instead of being run (`BundleRunner.run` raises
-`RoundPending`, and the loop goes on with the other tasks); at the end the manifest is
-written, and the run says in one line what to run next. While the round in DIR still
-has candidates without results, no new round is built.
+above `bundle_reference_mib`: it travels as a recipe, see recipe.py) and put
+into DIR instead of being run: its futures are `base.Pending`, so the loop records
+nothing of it and goes on with the other tasks; at the end the manifest is written,
+and the run says in one line what to run next. While the round in DIR still has
+candidates without results, no new round is built. The steps around the loop are the
+methods every `base.Measurer` has: `check_run`, `collect`, `budget`, `finish_run`.
 
 A bundle belongs to one set of tasks, one target and one set of versions (autosched,
 TVM, search space): another command's bundle is refused, and so are results measured
@@ -26,26 +27,20 @@ import os
 import shutil
 import sys
 
-from ..target import TargetSpec
-from .base import BuildArtifact
-from .bundle_format import (FORMAT, LIB, MANIFEST, RECIPES, REFERENCE, RESULTS, BundleError,
-                            BundleLock, one_machine, pending, read_json, read_manifest,
-                            read_results, remove_partial, write_json)
-from .bundle_recipe import (kernel_input, read_recipe, recipe_dir, recipe_of, reference_bytes,
-                            write_recipe)
-from .factory import BuildRunMeasurer
-from .local_runner import DEVICES
-from .reference import ensure_reference
-from .reference_job import ReferenceFailed
-from .result import MeasureResult
-from .settings import MeasureInput, MeasureSettings
+from ...results import MeasureResult
+from ...target import TargetSpec
+from ..base import BuildArtifact, Pending
+from ..build_run import BuildRunMeasurer
+from ..local_runner import DEVICES
+from ..reference.job import ReferenceFailed
+from ..reference.store import ensure_reference
+from ..settings import MeasureInput, MeasureSettings
+from .format import (FORMAT, LIB, MANIFEST, RECIPES, REFERENCE, RESULTS, BundleError, BundleLock,
+                     one_machine, pending, read_json, read_manifest, read_results, remove_partial,
+                     write_json)
+from .recipe import kernel_input, read_recipe, recipe_dir, recipe_of, reference_bytes, write_recipe
 
 _OURS = {LIB, REFERENCE, RESULTS, RECIPES, MANIFEST, ".lock"}
-
-
-class RoundPending(Exception):
-    """A batch went into the bundle's next round: its results will come from the
-    machine that measures the bundle, not from this run."""
 
 
 def measure_command(directory: str) -> str:
@@ -121,7 +116,7 @@ class BundleRunner:
         result in DIR}) so the search learns from all of them."""
         from search_space import Candidate
 
-        from ..db import make_record
+        from ...db import make_record
 
         by_key = {t.key: t for t in tasks}
         learned: dict[str, list] = {k: [] for k in by_key}
@@ -150,20 +145,23 @@ class BundleRunner:
 
     # ------------------------------------------------------------ the next round
 
-    def run(self, inputs: list[MeasureInput], artifacts: list[BuildArtifact],
-            known=()) -> list[MeasureResult]:
-        """Put a batch into the next round: built libraries, build failures, and the
-        `known` results of candidates that were never built ((task, candidate, result):
-        limit-check failures). Raises RoundPending: nothing is measured here."""
+    def run(self, inputs: list[MeasureInput], artifacts: list[BuildArtifact]) -> list[Pending]:
+        """Put a batch into the next round (built libraries and build failures): its
+        futures are pending, nothing is measured here."""
         for inp, art in zip(inputs, artifacts, strict=True):
             cid = self._stage(inp.task, inp.candidate, None if art.ok else art.failure(),
                               art.build_seconds)
             if art.ok:
                 self._staged[-1]["lib"] = f"{LIB}/{cid}.so"
                 shutil.move(art.path, os.path.join(self.directory, LIB, f"{cid}.so"))
-        for task, candidate, result in known:
-            self._stage(task, candidate, result, 0.0)
-        raise RoundPending(f"{len(inputs) + len(known)} candidates wait in {self.directory}")
+        return [Pending(self.directory)] * len(inputs)
+
+    def settle(self, inputs: list[MeasureInput], results: list[MeasureResult]) -> list[Pending]:
+        """Put results known without a build (limit-check failures) into the next
+        round: they are recorded with the results of the machine that measures it."""
+        for inp, result in zip(inputs, results, strict=True):
+            self._stage(inp.task, inp.candidate, result, 0.0)
+        return [Pending(self.directory)] * len(inputs)
 
     def _stage(self, task, candidate, known: MeasureResult | None, build_seconds: float) -> str:
         number = (self.manifest["round"] if self.manifest else 0) + 1
@@ -180,9 +178,9 @@ class BundleRunner:
 
     def _travels_as_recipe(self, task):
         """The reduced instance of a task whose reference data is above the bundle's
-        limit (see bundle_recipe.py); None when its arrays travel."""
+        limit (see recipe.py); None when its arrays travel."""
         if task.key not in self._reduced:
-            from .device_reference import reduced_task
+            from ..reference.device import reduced_task
 
             limit = self.settings.bundle_reference_mib * 2 ** 20
             self._reduced[task.key] = (reduced_task(task) if reference_bytes(task) > limit
@@ -250,7 +248,7 @@ class BundleRunner:
         if not self._staged:
             why = f"all {spent} trials" if spent >= trials else "every candidate the search found"
             return f"bundle {d}: {why} measured and recorded; nothing left to build"
-        from ..versions import tvm_ffi_version
+        from ...versions import tvm_ffi_version
 
         manifest = {
             "format": FORMAT, "round": (m["round"] if m else 0) + 1,
@@ -323,34 +321,41 @@ def _prepare(directory: str) -> None:
 
 class BundleMeasurer(BuildRunMeasurer):
     """Build here, measure there: a whole batch goes to the bundle at once (so
-    `concurrency` is unbounded) and `measure` raises RoundPending."""
+    `concurrency` is unbounded), and every future it returns is pending."""
 
     @property
     def concurrency(self) -> int:
         return sys.maxsize
 
-    @property
-    def bundle(self) -> BundleRunner:
-        return self.runner
-
-    def measure(self, inputs: list[MeasureInput]) -> list[MeasureResult]:
-        """Build every input and hand all artifacts to the bundle (RoundPending)."""
-        return self.defer(inputs, [])
-
-    def measure_stream(self, chunks):
-        """Each chunk through `measure`: RoundPending at the first; nothing overlaps."""
-        for chunk in chunks:
-            yield self.measure(chunk)
-
-    def defer(self, inputs: list[MeasureInput], known) -> list[MeasureResult]:
-        """Build `inputs` and put them, and the `known` results of a batch's other
-        candidates ((task, candidate, result)), into the next round: RoundPending."""
+    def measure(self, inputs: list[MeasureInput]) -> list[Pending]:
+        """Build every input (with the reference kernels the round needs) and put all
+        artifacts into the bundle's next round."""
         kernels = self.runner.recipe_builds(inputs)  # built with the batch, in parallel
         artifacts = self.builder.build(inputs + kernels) if inputs else []
         try:
             self.runner.add_recipes(kernels, artifacts[len(inputs):])
-            return self.runner.run(inputs, artifacts[:len(inputs)], known)
+            return self.runner.run(inputs, artifacts[:len(inputs)])
         finally:
             for a in artifacts:
                 if a.ok and os.path.exists(a.path):
                     os.unlink(a.path)
+
+    def measure_stream(self, chunks):
+        """Each chunk through `measure`; nothing overlaps (nothing runs here)."""
+        for chunk in chunks:
+            yield self.measure(chunk)
+
+    def settle(self, inputs: list[MeasureInput], results: list[MeasureResult]) -> list[Pending]:
+        return self.runner.settle(inputs, results)
+
+    def check_run(self, tasks, target: TargetSpec, versions: dict) -> None:
+        self.runner.check(tasks, target, versions)
+
+    def collect(self, db, tasks, target: TargetSpec, versions: dict, retry=()):
+        return self.runner.import_results(db, tasks, target, versions, retry)
+
+    def budget(self, trials: int) -> int:
+        return self.runner.budget(trials)
+
+    def finish_run(self, tasks, target: TargetSpec, versions: dict, trials: int) -> str:
+        return self.runner.finish_round(tasks, target, versions, trials)

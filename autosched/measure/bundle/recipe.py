@@ -11,12 +11,12 @@ recipe.json   the task as the reference worker describes it (key, name, argument
 kernel.so     the reference kernel: `search_space.cuda.reference_schedule` of the task
               for a cuda target, the unscheduled function built for the generic CPU
               otherwise (what the CPU reference runs), built like every candidate
-check.so      the same kernel for the reduced instance (`device_reference.reduced_task`)
-check/        that instance's CPU reference (reference.py's layout: small arrays)
+check.so      the same kernel for the reduced instance (`reference.device.reduced_task`)
+check/        that instance's CPU reference (reference/data.py's layout: small arrays)
 ```
 
-The measuring machine (bundle_reference.py) runs `check.so` on `check/` as it runs a
-candidate, and only when it passes regenerates the inputs (`reference.random_inputs`
+The measuring machine (target_reference.py) runs `check.so` on `check/` as it runs a
+candidate, and only when it passes regenerates the inputs (`reference.data.random_inputs`
 is deterministic numpy) and runs `kernel.so` once to make `DIR/reference/<task key>/`.
 A task that has no reduced instance ships its arrays whatever their size: without one,
 nothing small can vouch for the kernel.
@@ -28,9 +28,10 @@ import json
 import os
 import shutil
 
-from .bundle_format import RECIPES, read_json
-from .reference import REFERENCE_TARGET, ensure_reference, np_dtype
-from .settings import MeasureInput
+from ..reference.data import REFERENCE_TARGET, np_dtype
+from ..reference.store import ensure_reference
+from ..settings import MeasureInput
+from .format import RECIPES, read_json
 
 RECIPE = "recipe.json"
 RECIPE_VERSION = 1
@@ -61,7 +62,7 @@ def kernel_input(task, target) -> MeasureInput:
     """The reference kernel of `task` as a build input for `kernel_target(target)`."""
     import tvm
 
-    from .device_reference import device_module
+    from ..reference.device import device_module
 
     built_for = kernel_target(target)
     mod = (device_module(task.func, built_for) if built_for.kind == "cuda"
@@ -71,7 +72,7 @@ def kernel_input(task, target) -> MeasureInput:
 
 def recipe_of(task, small, target) -> dict:
     """The recipe.json of `task` with the reduced instance `small` on `target`."""
-    from .device_reference import describe
+    from ..reference.device import describe
 
     built_for = kernel_target(target)
     schedule = "reference_schedule" if built_for.kind == "cuda" else "unscheduled"

@@ -87,8 +87,8 @@ def _measure(request: dict, reference: tuple, progress: dict) -> dict:
     import tvm
     from tvm import rpc
 
-    from .run_job import check_outputs, failure_reply
-    from .reference import poison
+    from ..run_job import check_outputs, failure_reply
+    from ..reference.data import poison
 
     progress["phase"] = "connect"
     sess = rpc.connect(request["host"], request["port"], request["matchkey"],
@@ -129,8 +129,8 @@ def _measure(request: dict, reference: tuple, progress: dict) -> dict:
 def run_job(request: dict) -> dict:
     """In the `rpc` worker: measure one built candidate on the server in `request`, or
     with `"probe": true` only read the server's hardware."""
-    from .run_job import failure_reply, load_reference_arrays
-    from .worker import error_text
+    from ..run_job import failure_reply, load_reference_arrays
+    from ..worker import error_text
 
     try:
         reference = None if request.get("probe") else load_reference_arrays(request["reference"])

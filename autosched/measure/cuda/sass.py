@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from collections import Counter
 
-from ..errors import InfrastructureError
+from ...errors import InfrastructureError
 from . import fatbin
 
 # "/*0040*/   HMMA.16816.F32 R4, R8, R12, R4 ;" -> HMMA (predicates like @P0 skipped)

@@ -4,10 +4,10 @@ tune` cannot reach, and the results that machine writes back.
 ```
 DIR/manifest.json          the current round (written last, atomically, by `tune`)
 DIR/lib/<id>.so            the library of each candidate of the round that built
-DIR/reference/<task key>/  each task's reference data (reference.py's layout); for a
+DIR/reference/<task key>/  each task's reference data (reference/data.py's layout); for a
                            task above `bundle_reference_mib`, made on the measuring
-                           machine from its recipe (bundle_reference.py)
-DIR/recipes/<task key>/    such a task's recipe and reference kernels (bundle_recipe.py)
+                           machine from its recipe (target_reference.py)
+DIR/recipes/<task key>/    such a task's recipe and reference kernels (recipe.py)
 DIR/results/<id>.json      one file a candidate, written atomically by the measuring
                            machine (`python -m autosched.measure.bundle DIR`)
 DIR/.lock                  held by the one process working on DIR
@@ -28,7 +28,7 @@ import json
 import os
 import tempfile
 
-from ..errors import UserError
+from ...errors import UserError
 
 FORMAT = 1
 MANIFEST = "manifest.json"

@@ -1,4 +1,8 @@
-"""The outcome of measuring one candidate: latencies, or a failure kind and message."""
+"""The outcome of measuring one candidate: latencies, or a failure kind and message.
+
+A ground module of the kernel side: measurers produce these results and the database
+stores them (`db.record.Record.result`), so both import it and neither imports the
+other for it."""
 from __future__ import annotations
 
 import math
@@ -30,6 +34,14 @@ class MeasureResult:
     @property
     def ok(self) -> bool:
         return self.error_kind is None
+
+    def done(self) -> bool:
+        """A result is the future of a measurement already done
+        (`measure.base.MeasureFuture`)."""
+        return True
+
+    def result(self) -> "MeasureResult":
+        return self
 
     @property
     def median(self) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 
-from ..gpu_info import DEVICE_ATTRIBUTES
+from ...gpu_info import DEVICE_ATTRIBUTES
 
 SONAME = "libcudart.so.13"
 NOT_READY = 600  # cudaErrorNotReady: queued work has not finished (not a failure)
