@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import inspect
 import os
-import runpy
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .errors import UserError
 from .task import Task, TensorSpec
 from .time_limit import time_limit
+from .user_file import first_line, run_user_file
 from .validation import check_args, check_inputs_returned, check_tensors
 
 _MARK = "__autosched_workload__"
@@ -72,36 +71,14 @@ def definition(func: Callable, name: str | None = None, variants: tuple = (),
     return WorkloadDef(name, func, params, tuple(variants), dict(meta or {}))
 
 
-def _user_line(e: BaseException, path: str) -> int | None:
-    """The line of the op file the error came from (the innermost frame in it)."""
-    frames = [f for f in traceback.extract_tb(e.__traceback__)
-              if os.path.abspath(f.filename) == os.path.abspath(path)]
-    return frames[-1].lineno if frames else None
-
-
 def load_op_file(path: str, timeout_s: float | None = LOAD_TIMEOUT_S) -> dict[str, WorkloadDef]:
     """Execute an op file in its own namespace and return its workloads by name; the
     file must finish loading within `timeout_s` seconds (None: no limit)."""
-    if not os.path.isfile(path):
+    if not os.path.isfile(path):  # said before tvm's import, which takes seconds
         raise UserError(f"op file not found: {path}")
     import tvm.te  # noqa: F401  (our dependency's import time is not the op file's)
 
-    try:
-        with time_limit(timeout_s, f"{path}: loading"):
-            namespace = runpy.run_path(path, run_name=f"autosched_op_{abs(hash(path))}")
-    except SyntaxError as e:
-        raise UserError(f"{path}:{e.lineno}: syntax error: {e.msg}") from None
-    except UserError:
-        raise
-    except ModuleNotFoundError as e:
-        raise UserError(f"{path}:{_user_line(e, path)}: imports module {e.name!r}, which is "
-                        "not installed") from None
-    except SystemExit as e:  # exit() at import would end the CLI silently
-        raise UserError(f"{path}:{_user_line(e, path)}: the op file called exit({e.code!r}) "
-                        "while loading") from None
-    except Exception as e:  # the user's file raised while loading
-        raise UserError(f"{path}: error while loading (line {_user_line(e, path)}): "
-                        f"{type(e).__name__}: {_first_line(e)}") from None
+    namespace = run_user_file(path, "op file", "autosched_op_", timeout_s)
     found = {}
     for obj in namespace.values():
         if callable(obj) and hasattr(obj, _MARK):
@@ -178,11 +155,6 @@ def check_overrides_known(defs: list[WorkloadDef], overrides: list[tuple[str, st
             raise UserError(f"unknown --arg {key!r}; parameters are: {', '.join(sorted(known))}")
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else ""
-
-
 def make_task(wdef: WorkloadDef, args: dict, timeout_s: float | None = LOAD_TIMEOUT_S) -> Task:
     """Call the workload with `args` and build its Task (PrimFunc, FLOPs, key); the call
     must return within `timeout_s` seconds (None: no limit)."""
@@ -196,7 +168,7 @@ def make_task(wdef: WorkloadDef, args: dict, timeout_s: float | None = LOAD_TIME
         func = te.create_prim_func(inputs + outputs).with_attr("global_symbol", "main")
     except Exception as e:  # e.g. an output reads a placeholder the workload did not return
         raise UserError(f"workload '{wdef.name}': TVM cannot make a kernel of the returned "
-                        f"tensors: {type(e).__name__}: {_first_line(e)}") from None
+                        f"tensors: {type(e).__name__}: {first_line(e)}") from None
     canonical = canonical_text(inputs, outputs)
     return Task(
         workload=wdef.name,
@@ -222,7 +194,7 @@ def _build(wdef: WorkloadDef, args: dict) -> tuple[list, list]:
         raise
     except Exception as e:
         raise UserError(f"workload '{wdef.name}' failed with {args}: "
-                        f"{type(e).__name__}: {_first_line(e)}") from None
+                        f"{type(e).__name__}: {first_line(e)}") from None
     tensors = list(result) if isinstance(result, (list, tuple)) else [result]
     if not tensors or not all(isinstance(t, te.Tensor) for t in tensors):
         raise UserError(f"workload '{wdef.name}' must return TE tensors "

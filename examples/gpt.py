@@ -122,5 +122,6 @@ def use_autosched_kernels(model: nn.Module, library_dir) -> dict:
     kernel name} for what was swapped.
     """
     from autosched.runtime.library_modules import swap_modules_for_library
+    from autosched.torch import load_library
 
-    return swap_modules_for_library(model, library_dir)
+    return swap_modules_for_library(model, load_library(library_dir))

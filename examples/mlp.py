@@ -44,8 +44,9 @@ def make_model(n_layer=CONFIG["n_layer"], width=CONFIG["width"], hidden=CONFIG["
     model = MLP(n_layer, width, hidden, classes)
     if kernel_library is not None:
         from autosched.runtime.library_modules import swap_modules_for_library
+        from autosched.torch import load_library
 
-        swap_modules_for_library(model, kernel_library)
+        swap_modules_for_library(model, load_library(kernel_library))
     return model
 
 

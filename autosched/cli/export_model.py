@@ -4,7 +4,7 @@ DIR gets the kernel library of the operators whose best recorded kernel is faste
 torch's recorded baseline, and, called as the model calls it, faster than torch's operator
 timed beside it (`--decide-on side-by-side`, the default; `records` compares the call
 with torch's baseline record instead), and `model_ops.json`, the decision for every
-operator; load it with ``torch.compile(model, backend=autosched.torch.backend(DIR))``.
+operator; load it with ``torch.compile(model, backend=autosched.model.backend(DIR))``.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .tune_model import add_model_selection
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Add the `export-model` command to the main CLI's subparsers."""
     p = subparsers.add_parser("export-model", help="build a model's winning kernels into a "
-                              "library for autosched.torch.backend")
+                              "library for autosched.model.backend")
     add_model_selection(p)
     p.add_argument("--target", default="llvm")
     p.add_argument("--db", metavar="URL", help=DB_URL_HELP)

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 from ..db.record import Record, provenance
-from ..measure.result import MeasureResult
+from ..results import MeasureResult
 
 BASELINE_FORMAT = 1
 PREFIX = "torch:"

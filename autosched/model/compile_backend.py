@@ -1,12 +1,16 @@
-"""`torch.compile(model, backend=autosched.torch.backend(DIR))`: the model's operators on
+"""`torch.compile(model, backend=autosched.model.backend(DIR))`: the model's operators on
 the kernels that beat torch, the rest left to torch.
 
 DIR is what `autosched export-model` wrote: a kernel library of the winners and
-`model_ops.json`, the decision for every task. Dynamo captures the model, AOTAutograd
-makes its aten graphs (forward and backward for training, so gradients run through the
-backward operators' kernels: the weight- and input-gradient matmuls, convolution, GELU
-and softmax backward), and each operator call that a workload computes (`autosched.model.aten_match`)
-is replaced by `torch.ops.autosched.<workload>` where
+`model_ops.json`, the decision for every task. The backend takes DIR, or the library
+already loaded from it (`autosched.torch.load_library(DIR)`), so one loaded library can
+serve the backend and the runtime's kernel users alike.
+
+Dynamo captures the model, AOTAutograd makes its aten graphs (forward and backward for
+training, so gradients run through the backward operators' kernels: the weight- and
+input-gradient matmuls, convolution, GELU and softmax backward), and each operator call
+that a workload computes (`aten_match.py`) is replaced by `torch.ops.autosched.<workload>`
+where
 
 * the library has the kernel for exactly this workload and these shapes, and
 * `model_ops.json` chose it: export-model's decision (`autosched.model.choice.OpChoice`),
@@ -17,7 +21,7 @@ Everything else runs as torch runs it: compiled by inductor (the default where i
 can build; `compiler="eager"` runs the aten graph operator by operator), which fuses
 the operators left to torch around the kernels' calls. A shape the library lacks (another
 batch size, dynamic shapes) falls back to torch; compile with `dynamic=False` so a new
-shape gets its own static graph. Every decision is logged (logger ``autosched.torch``)
+shape gets its own static graph. Every decision is logged (logger ``autosched.model``)
 and listed by `explain(backend)`.
 """
 from __future__ import annotations
@@ -29,11 +33,11 @@ from pathlib import Path
 
 import torch
 
-from ..model.aten_match import OpMatch
-from ..model.choice import CHOICES_NAME, SPLIT_CALL, read_choices, shape_text
-from ..model.graphs import aot_backend, scan
+from .aten_match import OpMatch
+from .choice import CHOICES_NAME, SPLIT_CALL, read_choices, shape_text
+from .graphs import aot_backend, graph_compiler, scan
 
-log = logging.getLogger("autosched.torch")
+log = logging.getLogger("autosched.model")
 aten = torch.ops.aten
 
 
@@ -52,20 +56,13 @@ class Decision:
 class AutoschedBackend:
     """A torch.compile backend over one exported model library (see the module doc)."""
 
-    def __init__(self, directory, compiler: str = "auto"):
-        from ..model.graphs import graph_compiler
-        from .library import load_library
-
-        self.directory = Path(directory)
-        if not self.directory.is_dir():
-            from .errors import LibraryError
-
-            raise LibraryError(f"model library not found: {directory} is not a directory")
+    def __init__(self, library, compiler: str = "auto"):
+        library = _model_library(library)
+        self.directory = library if isinstance(library, Path) else library.path
         self.choices = {(c.workload, tuple(sorted(c.params.items()))): c
                         for c in read_choices(self.directory) or []}
         self.kernels, self.ops = {}, {}
-        if (self.directory / "manifest.json").is_file():
-            library = load_library(self.directory)
+        if not isinstance(library, Path):
             for entry in library.manifest.kernels:
                 key = (entry.workload, tuple(sorted(entry.args.items())))
                 self.kernels[key] = entry
@@ -129,12 +126,30 @@ class AutoschedBackend:
         m.output.replace_all_uses_with(out)
 
 
-def backend(directory, compiler: str = "auto") -> AutoschedBackend:
-    """The torch.compile backend for the library `autosched export-model` wrote to
-    `directory`: ``torch.compile(model, backend=autosched.torch.backend(DIR))``.
+def _model_library(library):
+    """The loaded `KernelLibrary` as given; a directory loaded through the same door
+    (`load_library`); a directory without kernels (export-model found torch faster
+    everywhere and wrote only model_ops.json) as its `Path`."""
+    from ..torch.errors import LibraryError
+    from ..torch.library import KernelLibrary, load_library
+
+    if isinstance(library, KernelLibrary):
+        return library
+    directory = Path(library)
+    if not directory.is_dir():
+        raise LibraryError(f"model library not found: {library} is not a directory")
+    if not (directory / "manifest.json").is_file():
+        return directory
+    return load_library(directory)
+
+
+def backend(library, compiler: str = "auto") -> AutoschedBackend:
+    """The torch.compile backend for the library `autosched export-model` wrote:
+    ``torch.compile(model, backend=autosched.model.backend(DIR))``; `library` is that
+    directory or the library loaded from it (`autosched.torch.load_library(DIR)`).
     `compiler` compiles what stays torch's: "inductor", "eager", or "auto" (inductor
     where it can build)."""
-    return AutoschedBackend(directory, compiler)
+    return AutoschedBackend(library, compiler)
 
 
 def explain(compiled_backend: AutoschedBackend, graph: str | None = None) -> str:

@@ -75,7 +75,7 @@ def run_step(model, inputs, loss_fn, train: bool):
     """One inference call (eval, no_grad) or one training step (train, backward)."""
     import torch
 
-    from ..runtime.training_step import compute_loss
+    from .training_step import compute_loss
 
     if train:
         model.train()

@@ -1,5 +1,5 @@
 """`torch.compile(model, backend="autosched", options={"library": DIR})`: the backend of
-`backend.py` under the name torch looks up.
+`compile_backend.py` under the name torch looks up.
 
 torch finds named backends outside its own tree through the `torch_dynamo_backends`
 entry-point group (`torch._dynamo.backends.registry`); pyproject.toml lists `autosched`
@@ -10,7 +10,7 @@ torch calls a named backend with `options` (and `mode`) as keyword arguments on 
 graph it compiles, so the options are read there, not at `torch.compile`: a missing or
 bad option is raised by the first call of the compiled model (dynamo wraps it in its
 `BackendCompilerFailed`, whose `inner_exception` is ours). The options are those of
-`autosched.torch.backend(DIR, compiler)`:
+`autosched.model.backend(DIR, compiler)`:
 
     library   (required) the directory `autosched export-model` wrote
     compiler  what compiles the operators left to torch: "auto" (default), "inductor",
@@ -26,8 +26,8 @@ import os
 from pathlib import Path
 
 from ..errors import UserError
-from .backend import AutoschedBackend
-from .errors import LibraryError
+from ..torch.errors import LibraryError
+from .compile_backend import AutoschedBackend
 
 BACKEND_NAME = "autosched"
 COMPILERS = ("auto", "inductor", "eager")

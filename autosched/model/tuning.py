@@ -83,7 +83,7 @@ def tune_model(path: str, config, train: bool = False, callbacks=()) -> ModelTun
     """Tune every operator of the model file at `path` with `config.trials` in all.
     Torch is timed first, while no tuning worker runs beside it."""
     from ..db import open_database
-    from ..runtime.modelfile import load_model_file
+    from .modelfile import load_model_file
     from ..target import resolve_target
     from ..tuner import tune_tasks
     from .extract import extract
@@ -113,7 +113,7 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     moments; on a machine whose speed drifts only the side-by-side pair is fair.)
     `side_by_side=False` compares the call with torch's baseline record instead."""
     from ..db import DEFAULT_DB_URL, open_database
-    from ..runtime.modelfile import load_model_file
+    from .modelfile import load_model_file
     from ..target import resolve_target
     from .choice import write_choices
     from .extract import extract

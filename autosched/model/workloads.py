@@ -1,7 +1,8 @@
 """The workloads of the aten operators autosched tunes inside a model.
 
-Each workload (its tensor expression in `te_ops.py`) computes exactly what one aten operator (or an operator with its transposed
-operands folded in) computes, on the shapes the operator was called with. Its `torch`
+Each workload (its tensor expression in `te_ops.py`) computes exactly what one aten
+operator (or an operator with its transposed operands folded in) computes, on the shapes
+the operator was called with. Its `torch`
 twin computes the same thing with torch and serves two purposes: it is the baseline that
 `tune-model` times against the kernel, and the reference the tests compare with.
 

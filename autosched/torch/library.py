@@ -1,4 +1,10 @@
-"""`load_library`: a kernel library directory -> `torch.ops.autosched.<workload>` ops."""
+"""`load_library`: a kernel library directory -> `torch.ops.autosched.<workload>` ops.
+
+The loaded `KernelLibrary` is the one door from a library to a torch model: load it once
+and hand it to what uses its kernels (`autosched.model.backend`, the module swap of
+`runtime/library_modules.py`, `runtime.memeff_library_kernels`), so every user sees the
+same checks, the same ops and the same manifest.
+"""
 from __future__ import annotations
 
 import logging
@@ -31,6 +37,18 @@ class KernelLibrary:
 
     def __contains__(self, workload: str) -> bool:
         return workload in self.ops
+
+    def entries(self, workload: str) -> list[KernelEntry]:
+        """The manifest's kernels (shape variants) of one workload, in manifest order."""
+        return [e for e in self.manifest.kernels if e.workload == workload]
+
+    def record_ids(self) -> dict[str, str]:
+        """{"autosched::<workload>": its kernels' record ids, comma-separated in manifest
+        order}: how a plan names the records of the ops it runs."""
+        ids: dict[str, list[str]] = {}
+        for e in self.manifest.kernels:
+            ids.setdefault(f"autosched::{e.workload}", []).append(str(e.record_id))
+        return {op: ",".join(v) for op, v in ids.items()}
 
 
 def _check_group(workload: str, entries: list[KernelEntry]) -> None:

@@ -1,5 +1,5 @@
 """`torch.compile(model, backend="autosched", options={"library": DIR})`: the backend torch
-finds through autosched's `torch_dynamo_backends` entry point is `autosched.torch.backend(DIR)`
+finds through autosched's `torch_dynamo_backends` entry point is `autosched.model.backend(DIR)`
 under a name: the same kernels, outputs and gradients; bad options are one clear error.
 
 The library is a model library as `autosched export-model` writes it (kernels.so,
@@ -44,7 +44,7 @@ def model_library(tmp_path_factory):
     from autosched.model.choice import OpChoice, write_choices
     from autosched.model.extract import extract
     from autosched.model.tuning import model_tasks
-    from autosched.runtime.modelfile import ModelSpec
+    from autosched.model.modelfile import ModelSpec
     from autosched.target import resolve_target
 
     model, x = _model_and_input()
@@ -81,12 +81,12 @@ def test_autosched_is_a_listed_backend():
 
 
 def test_named_backend_runs_the_same_kernels_as_backend_dir(model_library):
-    import autosched.torch
+    import autosched.model
 
     options = {"library": str(model_library), "compiler": "eager"}
     named_loss, named_grads = _training_step("autosched", dict(options))
-    named = autosched.torch.backend_of(options)
-    explicit = autosched.torch.backend(model_library, "eager")
+    named = autosched.model.backend_of(options)
+    explicit = autosched.model.backend(model_library, "eager")
     loss, grads = _training_step(explicit)
     assert named is not explicit and named.decisions == explicit.decisions
     ran = {(d.graph, d.workload) for d in named.decisions if d.chosen == "autosched"}
@@ -105,20 +105,43 @@ def test_named_backend_runs_the_same_kernels_as_backend_dir(model_library):
         torch.testing.assert_close(named_grads[name], g, msg=name, **TOL)
 
 
+def test_backend_of_a_loaded_library_runs_the_same_kernels_without_loading_again(
+        model_library, tmp_path):
+    import shutil
+
+    import autosched.model
+    from autosched.torch import load_library
+
+    copy_dir = shutil.copytree(model_library, tmp_path / "lib")
+    library = load_library(copy_dir)
+    for name in ("manifest.json", "kernels.so"):   # a second load would find no kernels
+        (copy_dir / name).unlink()
+    loaded = autosched.model.backend(library, "eager")
+    assert loaded.directory == copy_dir
+    loss, grads = _training_step(loaded)
+    by_dir = autosched.model.backend(model_library, "eager")
+    dir_loss, dir_grads = _training_step(by_dir)
+    assert loaded.decisions == by_dir.decisions
+    assert sum(d.chosen == "autosched" for d in loaded.decisions) == 7   # calls on kernels
+    torch.testing.assert_close(loss, dir_loss, rtol=0, atol=0)
+    for name, g in dir_grads.items():
+        torch.testing.assert_close(grads[name], g, rtol=0, atol=0, msg=name)
+
+
 def test_equal_options_share_one_backend_until_dynamo_resets(model_library):
-    import autosched.torch
+    import autosched.model
 
     options = {"library": str(model_library), "compiler": "eager"}
     torch._dynamo.reset()
-    first = autosched.torch.backend_of(options)
-    assert autosched.torch.backend_of({"library": model_library, "compiler": "eager"}) is first
-    assert autosched.torch.backend_of({"library": str(model_library)}) is not first  # "auto"
+    first = autosched.model.backend_of(options)
+    assert autosched.model.backend_of({"library": model_library, "compiler": "eager"}) is first
+    assert autosched.model.backend_of({"library": str(model_library)}) is not first  # "auto"
     model, x = _model_and_input()
     with torch.no_grad():
         torch.compile(model.eval(), backend="autosched", options=dict(options))(x)
     assert {d.graph for d in first.decisions} == {"inference"}
     torch._dynamo.reset()
-    assert autosched.torch.backend_of(options) is not first
+    assert autosched.model.backend_of(options) is not first
 
 
 def _first_call_error(options, mode=None):

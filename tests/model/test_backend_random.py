@@ -35,13 +35,13 @@ def _step(run, params_of, x):
 
 @pytest.mark.parametrize("compiler", ["inductor", "eager"])
 def test_dropout_compiles_and_draws_eagers_masks(tmp_path, compiler):
-    import autosched.torch
+    import autosched.model
 
     torch.manual_seed(0)
     model, x = DropoutMLP(), torch.randn(32, 24)
     loss, grads = _step(model, model, x)
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend=autosched.torch.backend(tmp_path, compiler))
+    compiled = torch.compile(model, backend=autosched.model.backend(tmp_path, compiler))
     got_loss, got = _step(compiled, model, x)
     torch.testing.assert_close(got_loss, loss, rtol=1e-5, atol=1e-6)
     for name, g in grads.items():

@@ -8,7 +8,7 @@ pytest.importorskip("torch")
 
 def _ops(path, train):
     from autosched.model.extract import extract
-    from autosched.runtime.modelfile import load_model_file
+    from autosched.model.modelfile import load_model_file
 
     found = extract(load_model_file(str(path)), train)
     return {(o.workload, tuple(sorted(o.params.items()))): o for o in found.ops}, found
@@ -77,7 +77,7 @@ def test_resnet_convolutions_fuse_bias_and_relu_only_without_batch_norm(model_fi
 def test_tasks_of_the_model_are_the_workloads_at_those_shapes(model_file):
     from autosched.model.extract import extract
     from autosched.model.tuning import model_tasks
-    from autosched.runtime.modelfile import load_model_file
+    from autosched.model.modelfile import load_model_file
 
     found = extract(load_model_file(str(model_file("gpt"))), False)
     tasks = model_tasks(found)

@@ -1,4 +1,4 @@
-"""tune-model -> export-model -> torch.compile(backend=autosched.torch.backend(DIR)) on the
+"""tune-model -> export-model -> torch.compile(backend=autosched.model.backend(DIR)) on the
 small GPT and ResNet: outputs and gradients equal eager torch, the kernels really run.
 
 Our CPU kernels rarely beat torch at these sizes, so the decisions are steered through the
@@ -29,7 +29,7 @@ def _force(db_url, path, train, keep_torch_for: str):
     from autosched.model.baseline import record_baseline
     from autosched.model.extract import extract
     from autosched.model.tuning import baseline_threads, model_tasks
-    from autosched.runtime.modelfile import load_model_file
+    from autosched.model.modelfile import load_model_file
     from autosched.target import resolve_target
     from autosched.versions import current_versions
     from search_space import SPACE_VERSION
@@ -86,16 +86,16 @@ def exported(request, tmp_path_factory):
 
 
 def _load(path):
-    from autosched.runtime.modelfile import load_model_file
+    from autosched.model.modelfile import load_model_file
 
     return load_model_file(str(path))
 
 
 def _compiled(model, library, compiler="inductor"):
-    import autosched.torch
+    import autosched.model
 
     torch._dynamo.reset()
-    backend = autosched.torch.backend(library, compiler)
+    backend = autosched.model.backend(library, compiler)
     return torch.compile(model, backend=backend, dynamic=False), backend
 
 
@@ -130,7 +130,7 @@ def test_inference_equals_eager_and_runs_kernels(exported, compiler):
 
 
 def test_training_step_gradients_equal_eager_through_backward_kernels(exported):
-    from autosched.runtime.training_step import training_step
+    from autosched.model.training_step import training_step
 
     name, path, libs = exported
     library, _ = libs[True]
@@ -206,7 +206,7 @@ def test_the_backend_obeys_the_exported_decisions(exported, tmp_path):
 
 
 def test_choices_file_report_and_explain_name_every_task(exported, capsys):
-    import autosched.torch
+    import autosched.model
     from autosched.cli.main import main
     from autosched.model.choice import read_choices
 
@@ -226,7 +226,7 @@ def test_choices_file_report_and_explain_name_every_task(exported, capsys):
     assert f"{won} of {len(choices)} operators run autosched kernels" in out
     assert "torch:aten_" in out  # the baseline records, beside the kernels' records
     _, backend = _compiled(_load(path).model, library)
-    assert autosched.torch.explain(backend).count("\n") == 1  # nothing compiled: header
+    assert autosched.model.explain(backend).count("\n") == 1  # nothing compiled: header
 
 
 def test_compiled_plans_on_kernels_keep_the_budget_and_the_gradients(exported):
@@ -234,11 +234,11 @@ def test_compiled_plans_on_kernels_keep_the_budget_and_the_gradients(exported):
     splits the graph with the min-cut partitioner, so its memory budget applies (at 0 it
     saves less than at 1) and so does a plan's recompute; gradients equal eager's and the
     backward runs kernels."""
-    import autosched.torch
+    import autosched.model
     from autosched.runtime.compiled_plans import compile_planned
     from autosched.runtime.layers import find_layers
     from autosched.runtime.meter import SavedTensorMeter, model_state
-    from autosched.runtime.training_step import compute_loss, training_step
+    from autosched.model.training_step import compute_loss, training_step
 
     _, path, libs = exported
     library, _ = libs[True]
@@ -251,7 +251,7 @@ def test_compiled_plans_on_kernels_keep_the_budget_and_the_gradients(exported):
     for actions, budget in ((["keep"] * n, 1.0), (["keep"] * n, 0.0), (["recompute"] * n, 1.0)):
         torch._dynamo.reset()
         model = copy.deepcopy(eager)
-        backend = autosched.torch.backend(library, "inductor")
+        backend = autosched.model.backend(library, "inductor")
         run = compile_planned(model, actions, memory_budget=budget, backend=backend,
                               layers="blocks")
         training_step(run, spec.inputs, spec.loss_fn)           # compiles

@@ -76,6 +76,7 @@ def test_one_op_dispatches_over_shape_variants(nn_ops, references_on_path):
     shapes = [tuple(e.inputs[0].shape) + (e.outputs[0].shape[1],)
               for e in _entries(nn_ops, "linear", "float32")]
     assert len(shapes) == 4
+    torch.manual_seed(0)
     for m, k, n in shapes:
         x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
         torch.testing.assert_close(linear(x, w, b), x @ w.t() + b, rtol=1e-5, atol=1e-5)
@@ -119,6 +120,7 @@ def test_backward_runs_the_backward_kernels(nn_ops, workload, grads):
 
 
 def test_gradients_equal_torch_autograd(nn_ops, references_on_path):
+    torch.manual_seed(0)
     for workload in FORWARD:
         entry = _entries(nn_ops, workload, "float64")[0]
         inputs = _inputs(entry, requires_grad=True)
@@ -147,6 +149,7 @@ def test_wrong_dtype_is_a_type_error(nn_ops):
 
 def test_fallback_runs_reference_and_logs_once_per_shape(nn_ops_fallback, caplog):
     caplog.set_level(logging.INFO, logger="autosched.torch")
+    torch.manual_seed(0)
     a, b = torch.randn(2, 3), torch.randn(3, 4)
     for _ in range(3):
         torch.testing.assert_close(torch.ops.autosched.matmul(a, b), a @ b)
@@ -158,6 +161,7 @@ def test_fallback_runs_reference_and_logs_once_per_shape(nn_ops_fallback, caplog
 
 
 def test_fallback_gradients_for_an_unseen_shape(nn_ops_fallback):
+    torch.manual_seed(0)
     x = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
     gamma = torch.randn(7, dtype=torch.float64, requires_grad=True)
     beta = torch.randn(7, dtype=torch.float64, requires_grad=True)
@@ -178,6 +182,7 @@ def test_explicit_reference_overrides_the_declared_one(nn_library):
         return torch.nn.functional.gelu(x, approximate="tanh")
 
     at.load_library(nn_library, fallback=True, references={"gelu": my_gelu})
+    torch.manual_seed(0)
     x = torch.randn(3, 3)
     torch.testing.assert_close(torch.ops.autosched.gelu(x),
                                torch.nn.functional.gelu(x, approximate="tanh"))
@@ -197,6 +202,7 @@ def test_layer_norm_reference_receives_the_library_eps(nn_library):
 
 
 def test_inputs_reach_the_kernel_without_copies(nn_ops):
+    torch.manual_seed(0)
     a, b = torch.randn(8, 6), torch.randn(5, 6).t()  # b is not contiguous
     with spy_kernel(nn_ops, "matmul", "float32") as calls:
         c = torch.ops.autosched.matmul(a, b)

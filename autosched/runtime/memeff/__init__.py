@@ -4,7 +4,7 @@ input; an attention core runs as one fused op that saves no probabilities.
     from autosched.runtime import memeff
     lean = memeff.swap_memeff(block)                    # a clone, parameters shared
     memeff.predicted_savings(block, inputs_by_name)     # the bytes that frees
-    kernels = memeff.memeff_library_kernels("memeff_lib")   # {"gelu": fused Kernel}
+    kernels = memeff.memeff_library_kernels(autosched.torch.load_library("memeff_lib"))
 
 kernels.py     the Kernel type and the torch reference kernels (tables, tolerances)
 functions.py   the autograd Functions, as gelu() and layer_norm()

@@ -1,6 +1,7 @@
 """Memory-efficient kernels from an exported autosched library (of workloads.py).
 
-    kernels = memeff_library_kernels("memeff_lib")       # {"gelu": Kernel} (or {})
+    library = autosched.torch.load_library("memeff_lib")
+    kernels = memeff_library_kernels(library)             # {"gelu": Kernel} (or {})
     plan = autosched.runtime.plan(model, inputs, "40%", kernels=kernels)
     trained = autosched.runtime.apply(model, plan, kernels)
 
@@ -23,16 +24,14 @@ GELU_WORKLOAD = "memeff_gelu_grad"
 OP_FILE = str(Path(__file__).with_name("workloads.py"))
 
 
-def memeff_library_kernels(library_dir, check_hardware: bool = True) -> dict:
-    """{"gelu": Kernel} when the library at `library_dir` has `memeff_gelu_grad` kernels,
-    else {}. Raises autosched.torch's LibraryError for a library unfit for this process."""
-    from autosched.torch import load_library
-
-    library = load_library(str(library_dir), check_hardware=check_hardware)
-    entries = [e for e in library.manifest.kernels if e.workload == GELU_WORKLOAD]
+def memeff_library_kernels(library) -> dict:
+    """{"gelu": Kernel} when `library` (what `autosched.torch.load_library(DIR)` returned)
+    has `memeff_gelu_grad` kernels, else {}. Raises autosched.torch's LibraryError for
+    kernels built from another definition of the workload."""
+    entries = library.entries(GELU_WORKLOAD)
     if not entries:
         return {}
-    _check_current(entries, library_dir)
+    _check_current(entries, library.path)
     variants = {(e.args["M"], e.args["N"], e.args["approximate"], e.args["dtype"])
                 for e in entries}
     ids = sorted({str(e.record_id) for e in entries if e.record_id is not None})
