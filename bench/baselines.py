@@ -7,13 +7,13 @@
   layers that make it fit.
 
 Whether a strategy fits is decided with the same exact accounting the planner uses
-(prediction.predict); benchmarks measure it again.
+(autosched.runtime.predict); bench/runtime_plans.py measures it again.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .prediction import predict
+from autosched.runtime import predict
 
 
 @dataclass(frozen=True)

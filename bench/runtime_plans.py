@@ -47,30 +47,22 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import gpt  # noqa: E402
 import provenance  # noqa: E402
-from training_plans_report import SHORT  # noqa: E402
+from baselines import all_baselines  # noqa: E402
 
-from autosched.errors import UserError  # noqa: E402
-from autosched.runtime.actions import ON_DEVICE  # noqa: E402
-from autosched.runtime.apply_plan import apply, apply_actions  # noqa: E402
-from autosched.runtime.baselines import all_baselines  # noqa: E402
-from autosched.runtime.make_plan import plan as make_plan  # noqa: E402
-from autosched.runtime.model_profile import profile_model, restrict  # noqa: E402
-from autosched.runtime.prediction import predict  # noqa: E402
-from autosched.runtime.training_step import CLOCKS, measure_step, parameter_grads  # noqa: E402
-from autosched.runtime.units import format_bytes  # noqa: E402
+from autosched.model import parameter_grads  # noqa: E402
+from autosched.runtime import (PlanOptions, UserError, apply, apply_actions,  # noqa: E402
+                               format_bytes, grad_error, measure_points,
+                               memeff_library_kernels, plan, predict, profile_model,
+                               short_actions)
+from autosched.torch import load_library  # noqa: E402
 
 BUDGETS = ("100%", "60%", "40%", "25%")
+MEMEFF_OP_FILE = ROOT / "autosched" / "runtime" / "memeff" / "workloads.py"
 
 
 def grads_of(model, inputs, original=None):
     """Gradients of the original's parameters (a planned model shares them)."""
     return parameter_grads(model, inputs, gpt.loss_fn, original)
-
-
-def grad_error(ref, got) -> float:
-    """Largest |difference| relative to the largest |reference| entry, over all params."""
-    return max(float((got[n] - r).abs().max() / r.abs().max().clamp_min(1e-30))
-               for n, r in ref.items())
 
 
 def exact(ref, got) -> bool:
@@ -85,16 +77,15 @@ def exact(ref, got) -> bool:
 def ensure_memeff_library(directory: str, rows: int, width: int, trials: int) -> dict:
     """The fused GELU kernels of `directory`, tuned and exported there when missing."""
     from autosched.cli import main as autosched_main
-    from autosched.runtime.memeff.library import OP_FILE as op_file
-    from autosched.runtime.memeff.library import memeff_library_kernels
 
     if not (Path(directory) / "manifest.json").exists():
         shape = ["--arg", f"M={rows}", "--arg", f"N={width}"]
         db = ["--db", f"sqlite:///{Path(directory).resolve()}.db"]
+        op_file = str(MEMEFF_OP_FILE)
         if autosched_main(["tune", op_file, "--trials", str(trials), *shape, *db]) or \
                 autosched_main(["export", op_file, "-o", directory, *shape, *db]):
             raise SystemExit("could not build the memory-efficient GELU library")
-    return memeff_library_kernels(directory)
+    return memeff_library_kernels(load_library(directory))
 
 
 def candidates(model, inputs, profile, budget_spec, kernels):
@@ -103,10 +94,10 @@ def candidates(model, inputs, profile, budget_spec, kernels):
     out = [("reference", ["keep"] * len(profile.layers), "no checkpointing (drift check)",
             None)]
     out += [(b.name, b.actions, b.note, None) for b in all_baselines(profile, budget)]
-    for name, prof in (("plan", restrict(profile, ON_DEVICE)), ("plan+offload", profile)):
+    for name, offload in (("plan", False), ("plan+offload", True)):
         try:
-            p = make_plan(model, inputs, budget_spec, gpt.loss_fn, profile=prof,
-                          kernels=kernels)
+            p = plan(model, inputs, budget_spec, gpt.loss_fn,
+                     PlanOptions(kernels=kernels, allow_offload=offload), profile=profile)
         except UserError as e:
             out.append((name, None, str(e), None))
             continue
@@ -114,24 +105,19 @@ def candidates(model, inputs, profile, budget_spec, kernels):
     return budget, out
 
 
-def build(model, profile, actions, plan, kernels):
-    if plan is not None:
-        return apply(model, plan, kernels)
+def build(model, profile, actions, p, kernels):
+    if p is not None:
+        return apply(model, p, kernels)
     cores = [layer.attention_cores for layer in profile.layers]
     return apply_actions(model, actions, profile.containers, cores)
 
 
 def measure_all(models, inputs, rounds, steps, clock):
-    """Interleaved rounds: each strategy `steps` steps per round; median over all."""
-    times = {k: [] for k in models}
-    saved = {}
-    for k, m in models.items():
-        saved[k] = measure_step(m, inputs, gpt.loss_fn, repeats=1, warmup=1, clock=clock)
-    for _ in range(rounds):
-        for k, m in models.items():
-            times[k] += measure_step(m, inputs, gpt.loss_fn, repeats=steps, warmup=0,
-                                     clock=clock).times_s
-    return {k: (saved[k].saved_bytes, statistics.median(times[k])) for k in models}
+    """Interleaved rounds (autosched.runtime.measure_points): each strategy `steps` steps
+    a round; (saved bytes, median step time over all rounds) per strategy."""
+    points = {k: (m, {}) for k, m in models.items()}
+    saved, odd, even = measure_points(points, inputs, gpt.loss_fn, rounds, steps, clock)
+    return {k: (saved[k], statistics.median(odd[k] + even[k])) for k in models}
 
 
 def main(argv=None) -> int:
@@ -143,9 +129,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3, help="profile runs per layer and action")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="at least 2")
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--clock", default="cpu", choices=sorted(CLOCKS),
+    ap.add_argument("--clock", default="cpu", choices=("cpu", "thread", "wall"),
                     help="cpu: process CPU time, robust on a shared machine (default)")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--memeff-library", metavar="DIR",
@@ -173,8 +159,8 @@ def main(argv=None) -> int:
     model = gpt.make_model(args.layers, args.width, args.heads, args.seq).to(device)
     inputs = tuple(x.to(device) for x in gpt.make_inputs(args.batch, args.seq))
     t0 = time.perf_counter()
-    profile = profile_model(model, inputs, gpt.loss_fn, allow_offload=True, repeats=args.repeats,
-                            clock=args.clock, kernels=kernels)
+    profile = profile_model(model, inputs, gpt.loss_fn, PlanOptions(
+        allow_offload=True, repeats=args.repeats, clock=args.clock, kernels=kernels))
     print(f"device: {device}; clock: {args.clock}; threads: {args.threads}")
     print(f"profiled in {time.perf_counter() - t0:.0f} s; no checkpointing: "
           f"{format_bytes(profile.keep_saved_bytes)}, {profile.keep_step_time_s * 1e3:.0f} ms; "
@@ -204,10 +190,6 @@ def main(argv=None) -> int:
     return 0
 
 
-def _short(actions) -> str:
-    return " ".join(SHORT[a] for a in actions)
-
-
 def report(rows) -> None:
     head = ("budget", "method", "actions", "saved", "fits", "pred saved", "ms", "pred ms",
             "err", "grads", "vs best baseline")
@@ -232,7 +214,7 @@ def report(rows) -> None:
                 speed = (f"{best / r['time_s']:.2f}x ({100 * (best - r['time_s']) / best:+.1f}%)"
                          if best else "no baseline fits")
             lines.append((f"{spec} = {format_bytes(r['budget_bytes'])}", r["method"],
-                          _short(r["actions"]), format_bytes(r["saved"]),
+                          short_actions(r["actions"]), format_bytes(r["saved"]),
                           "yes" if r["fits"] else "NO", format_bytes(r["pred_saved"]), f"{r['time_s'] * 1e3:.0f}",
                           f"{r['pred_time_s'] * 1e3:.0f}", f"{100 * err:+.1f}%", grads, speed))
     widths = [max(len(str(r[i])) for r in lines) for i in range(len(head))]

@@ -1,5 +1,5 @@
-"""The measured rows of bench/training_plans.py read against the issue's bars: the
-measured choice per budget (extra rows), the verdicts per model, the text table and the
+"""The measured rows of bench/training_plans.py read against the issue's bars: the drift
+each plan's prediction is read with, the verdicts per model, the text table and the
 Pareto plot. Imported by training_plans.py; writes only what it is asked to. Run as
 `python bench/training_plans_report.py RESULTS.json ...` it prints the verdicts of
 results files as this code reads them."""
@@ -12,40 +12,21 @@ import sys
 
 import provenance
 
-from autosched.runtime.measured_choice import (
-    MeasuredPlan,
-    fastest_within,
-    inversions,
-    pareto_consistent,
-)
-from autosched.runtime.units import format_bytes
+from autosched.runtime import MeasuredPlan, format_bytes, separated, short_actions
 
-
-# the partitioner alone ("compile") is a compiled plan too, with no action of ours: the
-# choice is never slower than what torch.compile gives within the budget
-COMPILED_CANDIDATES = ("plan+compile", "memeff+partitioner", "plan+kernels",
-                       "kernels+partitioner", "compile")
 COMPILED_PLANS = ("plan+compile", "plan+kernels")
-# the method of the all-kept models built as each profile timed them (eager, or compiled
-# under its layout): what that profile's plans are read against for the machine's drift
-ANCHOR = "anchor"
+ANCHOR = "anchor"   # the method of the all-kept points (autosched/runtime/candidates.py)
 
 
-def drifts(kept_s: dict, infos: dict, times: dict) -> dict:
+def drifts(rows) -> dict:
     """{(plan method, layout): (anchor point, its measured time over the all-kept step
     its profile predicted)}: how much faster or slower the machine ran since each
-    profile was taken (on the shared VM its speed moves by half within minutes).
-    kept_s: {(plan method, layout): predicted all-kept step} (eager plans: ("plan",
-    None)); infos: {point: info}; times: {point: measured seconds}. Plans are read
-    against the all-kept model built as their own profile timed it (the ANCHOR points:
-    eager ones against the model with every layer kept, compiled ones against that
-    compiled under their layout)."""
-    out = {}
-    for point, info in infos.items():
-        key = (info["anchors"], info["layout"]) if info["method"] == ANCHOR else None
-        if key in kept_s and point in times:
-            out[key] = (point, times[point] / kept_s[key])
-    return out
+    profile was taken. Plans are read against the all-kept model built as their own
+    profile timed it (the ANCHOR rows: eager plans against the model with every layer
+    kept, compiled ones against that compiled under their layout; their pred_time_s is
+    the profile's all-kept step)."""
+    return {(r["anchors"], r["layout"]): (r["point"], r["time_s"] / r["pred_time_s"])
+            for r in rows if r["method"] == ANCHOR}
 
 
 def anchored_error(row, drift: dict) -> dict:
@@ -58,48 +39,16 @@ def anchored_error(row, drift: dict) -> dict:
             (row["pred_time_s"] * anchor[1] - row["time_s"]) / row["time_s"]}
 
 
-def consistent_rows(rows) -> list[dict]:
-    """The measured choice per budget, as extra rows, made on the odd rounds:
-    `plan*` the fastest eager plan that fits (pareto_consistent), `plan+compile*` the
-    fastest compiled candidate that fits (our compiled plans, those made only as
-    candidates among them, memeff+partitioner and the partitioner alone; the row's
-    "chosen" names it), per budget of the plan points (not the candidates'), also where
-    the compiled plan for that budget could not be made."""
-    out = []
-    fam = [r for r in rows if r["method"] == "plan"]
-    picks = pareto_consistent([MeasuredPlan(r["budget_bytes"], r["saved"], r["choice_time_s"])
-                               for r in fam])
-    out += [_chosen(fam[i], r, "plan*") for r, i in zip(fam, picks) if i is not None]
-    cands = [r for r in rows if r["method"] in COMPILED_CANDIDATES]
-    measured = [MeasuredPlan(0, r["saved"], r["choice_time_s"]) for r in cands]
-    budgets = {}
-    for r in rows:
-        if r["method"] in ("plan", "plan+compile") and not r.get("candidate"):
-            budgets.setdefault(r["budget"], r)
-    for r in budgets.values():
-        i = fastest_within(measured, r["budget_bytes"])
-        if i is not None:
-            out.append(_chosen(cands[i], r, "plan+compile*"))
-    return out
-
-
-def _chosen(pick, target, method) -> dict:
-    return {**pick, "point": f"{method}@{target['budget']}", "method": method,
-            "budget": target["budget"], "budget_bytes": target["budget_bytes"],
-            "chosen": pick["point"], "fits": pick["saved"] <= target["budget_bytes"]}
-
-
 def verdicts(rows) -> dict:
     """The issue's bars, per model, from the rows."""
     out = {}
     for name in sorted({r["model"] for r in rows}):
         mine = [r for r in rows if r["model"] == name]
-        comp = [r for r in mine if r["method"] == "compile"]
+        by_point = {r["point"]: r for r in mine}
         ratios, intervals = {}, {}
-        for r in (r for r in mine if r["method"] == "plan+compile*"):
-            peers = [c for c in comp if c["saved"] <= r["saved"]]
-            peer = min(peers, key=lambda c: c["time_s"]) if peers else None
-            ratios[r["budget"]] = r["time_s"] / peer["time_s"] if peer else None
+        for r in (r for r in mine if r["method"] == "plan+compile*"):   # choose_among's
+            peer = by_point.get(r["peer"])
+            ratios[r["budget"]] = r["ratio"]
             intervals[r["budget"]] = peer and ratio_interval(r["time_samples_s"],
                                                              peer["time_samples_s"])
         plans = [r for r in mine if r["method"] in ("plan", *COMPILED_PLANS)]
@@ -131,6 +80,17 @@ def verdicts(rows) -> dict:
     return out
 
 
+def inversions(plans: list[MeasuredPlan], tolerance: float = 0.0,
+               beyond_noise: bool = False) -> list[tuple[int, int]]:
+    """(i, j) pairs where plan i, for a larger budget, measures slower than plan j, for a
+    smaller one, by more than `tolerance` (a fraction of j's time); beyond_noise: and
+    their samples separate (timing.separated: the medians apart by more than both
+    spreads), so the order is the plans', not the machine's."""
+    return [(i, j) for i, p in enumerate(plans) for j, q in enumerate(plans)
+            if q.budget_bytes < p.budget_bytes and p.time_s > q.time_s * (1 + tolerance)
+            and (not beyond_noise or separated(p.samples, q.samples))]
+
+
 def ratio_interval(samples, peer_samples, draws: int = 2000, seed: int = 0) -> tuple:
     """(5th, 95th) percentile of median(samples) / median(peer_samples) over bootstrap
     resamples of each: how much of a ratio the timing noise alone could make (on the
@@ -150,20 +110,12 @@ def _max_abs(errors):
     return None if None in errors else max(map(abs, errors))
 
 
-SHORT = {"keep": "K", "memeff_ln": "L", "memeff": "M", "recompute_attention": "A",
-         "recompute_attention+memeff_ln": "AL", "recompute_attention+memeff": "AM",
-         "selective": "S", "selective_dense": "SD", "selective_narrow": "SN",
-         "fused_attention": "F", "selective+fused_attention": "SF",
-         "selective_dense+fused_attention": "SDF", "selective_narrow+fused_attention": "SNF",
-         "recompute": "R", "offload": "O", "offload+memeff_ln": "OL", "offload+memeff": "OM"}
-
-
 def report(rows) -> None:
     head = ("model", "point", "actions", "saved", "fits", "ms", "pred ms", "err",
             "err vs anchor", "grad err")
     lines = [head]
     for r in rows:
-        acts = " ".join(SHORT.get(a, a) for a in r.get("actions", [])) or "-"
+        acts = short_actions(r.get("actions"))
         lines.append((r["model"], r["point"] + (f" (= {r['chosen']})" if "chosen" in r else ""),
                       acts, format_bytes(r["saved"]),
                       {True: "yes", False: "NO"}.get(r.get("fits"), "-"),
@@ -176,7 +128,8 @@ def report(rows) -> None:
     widths = [max(len(str(x[i])) for x in lines) for i in range(len(head))]
     for x in lines:
         print("  ".join(str(c).ljust(w) for c, w in zip(x, widths)))
-    print("actions: " + ", ".join(f"{v} {k}" for k, v in SHORT.items()))
+    print("actions: K keep, L memeff_ln, M memeff, A recompute_attention, S selective, "
+          "F fused_attention, R recompute, O offload (and their combinations)")
 
 
 def plot(rows, path, stamp) -> None:

@@ -1,8 +1,14 @@
-"""`autosched plan MODEL_FILE --memory-budget 2GiB [-o plan.json]`.
+"""`autosched plan MODEL_FILE --memory-budget 40%[,25%] [--compile] [-o choice.json]`.
 
 The model file defines make_model() and make_inputs() (and optionally loss_fn(output));
-see autosched/runtime/modelfile.py. Prints the per-layer table and the predictions and
-writes the plan as JSON with -o. torch is imported only when the command runs.
+see autosched/model/modelfile.py. By default the command makes the measured choice
+(autosched.runtime.choose): our plans for each budget, and with --compile the compiled
+plans and torch.compile's partitioner points, are built and timed side by side, and per
+budget the fastest that fits as measured is chosen; it prints the choice as a table and
+writes it as JSON with -o (with the plan documents of the chosen plans, for apply() or
+compile_planned()). --solver-only prints the solver's plan alone (profile and
+solve, no candidates measured: fast) and writes the plan file with -o. torch is imported
+only when the command runs.
 """
 from __future__ import annotations
 
@@ -18,10 +24,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("plan", help="choose per-layer keep/recompute/offload under a "
                               "memory budget")
     p.add_argument("model_file", help="Python file defining make_model() and make_inputs()")
-    p.add_argument("--memory-budget", required=True, metavar="SIZE",
+    p.add_argument("--memory-budget", required=True, metavar="SIZE[,SIZE...]",
                    help="saved-activation budget: 2GiB, 512MiB, 1.5GB, bytes, or 60%% "
-                        "(of the activation memory without checkpointing)")
-    p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan here")
+                        "(of the activation memory without checkpointing); the measured "
+                        "choice takes several, comma-separated")
+    p.add_argument("-o", "--output", metavar="FILE.json",
+                   help="write the choice (with --solver-only: the plan) here")
+    p.add_argument("--solver-only", action="store_true",
+                   help="the solver's plan alone, from predictions (fast): no candidates "
+                        "built and measured")
+    p.add_argument("--rounds", type=int, default=40,
+                   help="measured choice: interleaved timing rounds (chosen on the odd "
+                        "ones, reported on the even ones)")
     p.add_argument("--layers", metavar="ATTR[,ATTR...]",
                    help="modules whose children are the layers, comma-separated in the "
                         "order they run (default: the outermost ModuleList/Sequential "
@@ -36,14 +50,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="time measurements in wall time, process CPU time or the calling "
                         "thread's CPU time (with --threads 1)")
     p.add_argument("--compile", action="store_true",
-                   help="cost the actions compiled with torch.compile (the plan is for "
+                   help="measured choice: also the compiled candidates (our plans compiled, "
+                        "torch.compile at partitioner budgets; minutes of compiling); with "
+                        "--solver-only: cost the actions compiled (the plan is for "
                         "autosched.runtime.compiled_plans.compile_planned(model, plan), "
-                        "which joins a checkpointed layer after a selective one to its region and "
-                        "compiles under the layout the profile measured best)")
+                        "which compiles under the layout the profile measured best)")
     p.add_argument("--model-library", metavar="DIR",
                    help="with --compile: a library of `autosched export-model --train`; the "
                         "plan is costed (and meant to be compiled) with "
-                        "autosched.torch.backend(DIR), the operators on its tuned kernels")
+                        "autosched.model.backend(DIR), the operators on its tuned kernels")
     p.add_argument("--memeff-library", metavar="DIR",
                    help="exported library of autosched/runtime/memeff/workloads.py: the "
                         "memory-efficient GELU runs (and is measured with) its fused kernel")
@@ -53,7 +68,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def _check(args) -> None:
     from ..runtime.units import parse_budget
 
-    parse_budget(args.memory_budget, 1)        # fail on a malformed budget before profiling
+    for budget in _budgets(args):          # fail on a malformed budget before profiling
+        parse_budget(budget, 1)
+    if args.solver_only and len(_budgets(args)) != 1:
+        raise UserError("--solver-only makes one plan: give one --memory-budget")
+    if not args.solver_only and args.rounds < 2:
+        raise UserError(f"--rounds must be >= 2 (choose on odd, report even), got "
+                        f"{args.rounds}")
     if args.time_limit <= 0:
         raise UserError(f"--time-limit must be > 0, got {args.time_limit}")
     if not 0 <= args.gap < 1:
@@ -81,13 +102,18 @@ def _check(args) -> None:
                         f"{os.path.dirname(os.path.abspath(args.output))} does not exist")
 
 
+def _budgets(args) -> list[str]:
+    return [b.strip() for b in args.memory_budget.split(",")]
+
+
 def run(args: argparse.Namespace) -> int:
-    """Profile, plan, print; returns the exit code (UserError propagates to the CLI)."""
+    """Profile, then choose by measurement (or plan alone), print; returns the exit code
+    (UserError propagates to the CLI)."""
     _check(args)
     import torch
 
-    from ..runtime.make_plan import plan
-    from ..runtime.modelfile import load_model_file
+    from ..model.modelfile import load_model_file
+    from ..runtime import ChoiceOptions, PlanOptions, choose, plan
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -96,10 +122,17 @@ def run(args: argparse.Namespace) -> int:
     spec = load_model_file(args.model_file)
     kernels = _memeff_kernels(args.memeff_library) if args.memeff_library else None
     offload = {"auto": None, "yes": True, "no": False}[args.allow_offload]
-    result = plan(spec.model, spec.inputs, args.memory_budget, spec.loss_fn,
-                  layers=args.layers, allow_offload=offload, time_limit_s=args.time_limit,
-                  mip_gap=args.gap, repeats=args.repeats, clock=args.clock, kernels=kernels,
-                  compile=args.compile, backend=_backend(args.model_library))
+    options = PlanOptions(layers=args.layers, allow_offload=offload,
+                          time_limit_s=args.time_limit, mip_gap=args.gap,
+                          repeats=args.repeats, clock=args.clock, kernels=kernels)
+    if args.solver_only:
+        result = plan(spec.model, spec.inputs, args.memory_budget, spec.loss_fn,
+                      options.replace(compile=args.compile,
+                                      backend=_backend(args.model_library)))
+    else:
+        result = choose(spec.model, spec.inputs, _budgets(args), spec.loss_fn, ChoiceOptions(
+            plan=options, compile=args.compile, rounds=args.rounds,
+            kernels_backend=_backend(args.model_library) if args.model_library else None))
     print(result.table())
     if args.output:
         _write_atomic(args.output, result.to_json())
@@ -111,7 +144,7 @@ def _backend(model_library: str | None):
     """inductor, or autosched's backend over an export-model library."""
     if model_library is None:
         return "inductor"
-    from ..torch import backend
+    from ..model import backend
     from ..torch.errors import LibraryError
 
     try:
@@ -122,10 +155,10 @@ def _backend(model_library: str | None):
 
 def _memeff_kernels(directory: str) -> dict:
     from ..runtime.memeff.library import GELU_WORKLOAD, memeff_library_kernels
-    from ..torch.errors import LibraryError
+    from ..torch import LibraryError, load_library
 
     try:
-        kernels = memeff_library_kernels(directory)
+        kernels = memeff_library_kernels(load_library(directory))
     except LibraryError as e:
         raise UserError(f"--memeff-library {directory}: {e}") from None
     if not kernels:

@@ -51,7 +51,7 @@ def apply(model, plan, kernels: dict | None = None, compile: bool = False,
 def apply_actions(model, actions: list[str], layers: str | None = None, attention_cores=None,
                   kernels: dict | None = None, offload_factory=LayerOffload,
                   compile: bool = False, backend="inductor", fused_attention=None):
-    """Like apply, from a bare list of action names (the baselines use it).
+    """Like apply, from a bare list of action names (profiling and the all-kept anchors).
 
     attention_cores: per layer, the submodule names `recompute_attention` checkpoints
     (ModelProfile's layers list them); needed when an action uses them. fused_attention:

@@ -64,7 +64,7 @@ def _time_cpu_copy(clock: str, rounds: int = 7) -> tuple[float, float]:
     as it does inside a training step (page faults included: measured in-step, reusing
     freed memory was the exception)."""
     from .offload import HostPool, LayerOffload
-    from .training_step import clock_fn
+    from .measured_step import clock_fn
 
     now = clock_fn(clock)
     srcs = [torch.ones(n << 18, dtype=torch.float32) for n in (1, 2, 4, 1, 3, 2, 4, 1)]

@@ -51,14 +51,14 @@ def save_by_rule_decomposed(rule: str, ctx, func, *args, **kwargs):
     (inductor): batch norms left to the partitioner.
 
     A batch norm the policy recomputes is recomputed whole: its statistics' reduction over
-    the batch runs again in backward (a BatchNorm conv net's selective plan ran 10% slower
-    than AOTAutograd's own partitioner keeping the same tensors). Left unmarked
+    the batch runs again in backward (slower than AOTAutograd's own partitioner keeping
+    the same tensors). Left unmarked
     (PREFER_SAVE is no mark to the min-cut partitioner), the partitioner keeps the small
     statistics and recomputes the elementwise part from the saved convolution output.
     A compiler that partitions the batch norm whole would keep its whole output instead,
     and eager checkpointing would too. (Not layer norms: their statistics are per row and
-    cheap, and left to it the partitioner keeps a GPT block's normalised outputs, 16%
-    more bytes.)"""
+    cheap, and left to it the partitioner keeps a transformer block's normalised outputs
+    too, more bytes.)"""
     if op_name(func)[1] in BATCH_NORMS:
         return CheckpointPolicy.PREFER_SAVE
     return save_by_rule(rule, ctx, func, *args, **kwargs)

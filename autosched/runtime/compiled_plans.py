@@ -12,17 +12,15 @@ what else to recompute. `hybrid_actions` is the plan that takes every memory-eff
 form that costs (almost) nothing and recomputes nothing, the natural partner of a
 partitioner budget.
 
-Which combination is fastest within a budget is a measured question:
-measured_choice.fastest_within picks among measured candidates.
+Which combination is fastest within a budget is a measured question: choice.py builds
+the candidates, times them side by side and picks (measured_choice.fastest_within).
 
 Layouts. Inductor decides per graph whether convolutions run channels-last (on a CPU with
 oneDNN: wherever the graph has a forward convolution). A kept model's backward graph has
 none, so it runs contiguous; recompute a conv block and its backward graph holds that
 block's forward convolutions and turns channels-last, converting layouts at the graph's
-boundaries. In a small U-Net (GroupNorm) compiled on this CPU that made the first
-recomputed block cost 7 ms of a 42 ms step and all five 17 ms, against 1.3 ms and 10 ms
-with every graph contiguous. Kept, the same model ran 8% faster under inductor's
-choice. So LAYOUTS names the two a compiled plan can run under, "inductor" (inductor's
+boundaries, which can cost a recomputed block several times its own recomputation,
+while a kept model may run faster under inductor's choice. So LAYOUTS names the two a compiled plan can run under, "inductor" (inductor's
 own choice per graph) and "contiguous" (layout optimisation off in every graph, forward
 and backward), and plan(compile=True) profiles the model under each that matters
 (layouts_worth_trying) and keeps the plan predicted fastest; the plan records its layout.
@@ -43,14 +41,6 @@ LAYOUTS = ("inductor", "contiguous")
 INDUCTOR_LAYOUT = "inductor"
 
 
-def allow_recompiles(limit: int) -> None:
-    """Let dynamo compile each captured function up to `limit` times (its default of 8
-    stops a comparison of many compiled variants of one model after the eighth)."""
-    import torch
-
-    torch._dynamo.config.recompile_limit = limit
-
-
 def forget_compiled_variants() -> None:
     """Drop every compiled variant dynamo holds (torch._dynamo.reset). Profiling and
     fitting a plan compile one model's forwards dozens of times with different plans; the
@@ -63,7 +53,7 @@ def forget_compiled_variants() -> None:
 def partitioner_backend(memory_budget: float, backend="inductor", join_selective=False,
                         layout: str = INDUCTOR_LAYOUT):
     """`backend` (a registered name such as "inductor", or a backend callable such as
-    autosched.torch.backend(DIR)) with activation_memory_budget set while AOTAutograd
+    autosched.model.backend(DIR)) with activation_memory_budget set while AOTAutograd
     partitions (1, the default: save what the graph and its checkpoint marks leave);
     join_selective: a checkpoint region after a selective one partitioned as one with it
     (joined_regions.py: its input is rebuilt, not kept); layout: one of LAYOUTS
@@ -120,7 +110,7 @@ def compile_planned(model, plan_or_actions, kernels: dict | None = None,
     leaves; lower: it also recomputes within that fraction), a selective or recomputed
     layer after a selective one joined to its region (its input rebuilt, not kept: what
     compiled profiles and plans assume; a plain torch.compile of apply(..., compile=True)
-    keeps it). `backend`: as for partitioner_backend (autosched.torch.backend(DIR) runs
+    keeps it). `backend`: as for partitioner_backend (autosched.model.backend(DIR) runs
     the plan's operators on tuned kernels). layout: one of LAYOUTS (default: the plan's,
     for a list of actions inductor's); layers, attention_cores and fused_attention: as
     apply_actions', for a list of actions. Parameters are shared."""
@@ -139,11 +129,11 @@ def compile_planned(model, plan_or_actions, kernels: dict | None = None,
 def joins_selective_regions(backend) -> bool:
     """Whether compile_planned on `backend` joins checkpoint regions after selective ones
     (joined_regions.py): backends that run inductor's joint-graph post-passes (inductor,
-    and autosched.torch.backend through model.graphs.aot_backend); others keep every
+    and autosched.model.backend through model.graphs.aot_backend); others keep every
     checkpointed layer's input."""
     if isinstance(backend, str):
         return backend == "inductor"
-    from ..torch.backend import AutoschedBackend
+    from ..model.compile_backend import AutoschedBackend
 
     return isinstance(backend, AutoschedBackend)
 

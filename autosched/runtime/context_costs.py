@@ -3,10 +3,8 @@
 A layer run on its own is not quite that layer inside the model, and compiled it can be
 a different program: at its boundaries the compiler converts layouts (a convolution
 block's channels-last activations back to contiguous ones and again), it cannot fuse
-across them, and a checkpoint region changes how much of that happens. A small ResNet
-block compiled alone read 33 ms kept and 24 ms under a selective checkpoint, while in the
-compiled model the kept blocks cost about 22 ms each; a plan predicted at 60 ms measured
-89 ms.
+across them, and a checkpoint region changes how much of that happens: a block timed
+alone can rank its actions differently from the same block inside the compiled model.
 
 So a profile's costs come from the whole model (compiled, for a compiled profile): per
 group of identical layers and per action, the model with that group under the action and
@@ -16,20 +14,18 @@ group's size, so a plan that puts one action on a whole group is predicted at wh
 measured, and mixed plans add the measured differences. Where several groups have an
 action, the model with all of them under it is timed too. Where it costs less than the
 groups' differences add up to, by more than the noise, the action costs once for any
-layer under it (once_costs.py: a compiled U-Net pays about 9 ms for a recomputed
-convolution anywhere): the charge is the profile's, paid once by a plan, and each layer
+layer under it (once_costs.py: a compiled conv net can pay for a recomputed convolution
+anywhere once): the charge is the profile's, paid once by a plan, and each layer
 keeps its difference less the charge; two charged actions are timed on two groups at once
 to see whether they share it. Where it costs more, what the groups' differences miss is
 spread over those layers, raising them (summed, the groups' differences carry the
-all-kept median's error once per group: a compiled U-Net of five one-layer groups under
-selective everywhere was predicted 1.2 ms over its kept step and measured 5.6 over it).
+all-kept median's error once per group, which can hide what they miss).
 (No torch here: building and timing come from the caller, see model_profile.py.)
 
 Bytes likewise: a layer saved on its own does not save what the model's next layer makes
 it save. Compiled, a selective layer followed by one that joins its region keeps the
 outputs the next layer's input is rebuilt from (a GPT block's last linear), which alone
-it drops: five GPT blocks under selective_narrow were predicted at 6.6 MiB from their
-own bytes and measured 8.4. `bytes_in_context` raises each group's action bytes to what
+it drops, so a layer's own bytes undercount the model's. `bytes_in_context` raises each group's action bytes to what
 the whole model saved under it (never lowers them: see there).
 
     found = context_costs(layers, groups, build, measure, rounds, saved_of)
@@ -223,9 +219,9 @@ def bytes_in_context(profile, groups: list[list[int]], saved: dict):
     the error of the model with that group under the action, spread over the group's
     layers, where the model saved more than predicted. Never down: an action's bytes in
     context are one variant's, all else kept, and do not add up where layers share what
-    they save (a U-Net's skip tensors; a layer whose neighbour changes layout). Lowered
-    by one variant's surplus they predicted a compiled U-Net plan at 4.4 MiB that saved
-    8.1; a prediction over the truth only leaves memory unused, which fitting by
+    they save (a U-Net's skip tensors; a layer whose neighbour changes layout), so lowered
+    by one variant's surplus they can predict a plan far under what it saves; a
+    prediction over the truth only leaves memory unused, which fitting by
     measurement (measured_choice.fit_by_measurement) gives back."""
     if not saved:
         return profile

@@ -7,43 +7,36 @@ from __future__ import annotations
 
 from .actions import ACTIONS
 from .document import LayerPlan, Plan
+from .options import PlanOptions, plan_options
 from .prediction import compute_times, exposed_transfers, predict
 from .units import parse_budget
 
 SOLVER_NAME = "scipy.optimize.milp (HiGHS)"
 
 
-def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | None = None,
-         allow_offload: bool | None = None, actions: list[str] | None = None,
-         time_limit_s: float = 10.0, mip_gap: float = 1e-3, repeats: int = 5,
-         bandwidth_path=None, profile=None, kernel_ids: dict | None = None,
-         clock: str = "wall", kernels: dict | None = None, compile: bool = False,
-         backend="inductor") -> Plan:
+def plan(model, example_inputs, memory_budget, loss_fn=None, options: PlanOptions | None = None,
+         *, profile=None, **knobs) -> Plan:
     """Profile `model` on `example_inputs` and choose an action per layer within the budget.
 
     memory_budget: bytes, or a string "2GiB" / "512MiB" / "1.5GB" / "60%" (a percentage of
-    the activation memory the model saves without checkpointing). allow_offload: default
-    on CUDA only (on the CPU host and device memory are the same RAM). `profile` reuses a
-    ModelProfile (from profile_model) instead of measuring again. `kernel_ids` maps
-    autosched op names ("autosched::dense") to the record ids of their kernels. clock:
-    "wall", "cpu" or "thread" time for the measurements (see training_step.clock_fn). kernels: the
-    memory-efficient kernels by kind (memeff.memeff_library_kernels); the plan is
-    measured with them and must be applied with the same (`apply(model, plan, kernels)`).
+    the activation memory the model saves without checkpointing). options: a PlanOptions
+    (options.py); `knobs` are its fields given as keywords (`plan(m, x, "40%",
+    compile=True)`). `profile` reuses a ModelProfile (from profile_model) instead of
+    measuring again, offering only the actions the options allow; it may also be a list
+    of compiled profiles, one per layout, to choose among. kernels: the plan is measured
+    with them and must be applied with the same (`apply(model, plan, kernels)`).
     compile: cost the actions as torch.compile runs them (model_profile.py), under each
     layout worth trying (compiled_plans.layouts_worth_trying: both where inductor compiles
     convolutions), keeping the plan predicted fastest (plan.solver["layouts"]: each
     layout's predicted step, None where it cannot fit); the plan is then meant for
-    `compile_planned(model, plan)`, which compiles it under its layout
-    (plan.model["layout"]). backend: what compiles it (a registered name, or
-    autosched.torch.backend(DIR) of an `autosched export-model --train` library: the
-    operators the library's kernels win run, and are costed, on them); the plan is then
-    compiled with the same backend. `profile` may also be a list of compiled profiles, one
-    per layout, to choose among.
+    `compile_planned(model, plan)` with the same backend, which compiles it under its
+    layout (plan.model["layout"]).
     """
     from ..errors import UserError
     from .compiled_plans import INDUCTOR_LAYOUT, layouts_worth_trying
     from .solver import smallest_feasible_bytes
 
+    options = plan_options(options, knobs)
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
         else (example_inputs,)
     if not isinstance(memory_budget, (int, float)):
@@ -51,17 +44,16 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
     if profile is None:
         from .model_profile import profile_model
 
-        if allow_offload is None:
-            allow_offload = _on_cuda(model)
-        layouts = layouts_worth_trying(model, inputs, backend) if compile \
+        if options.allow_offload is None:
+            options = options.replace(allow_offload=_on_cuda(model))
+        layouts = layouts_worth_trying(model, inputs, options.backend) if options.compile \
             else (INDUCTOR_LAYOUT,)
-        profiles = [profile_model(model, inputs, loss_fn, layers=layers, actions=actions,
-                                  allow_offload=allow_offload, repeats=repeats,
-                                  bandwidth_path=bandwidth_path, clock=clock, kernels=kernels,
-                                  compile=compile, backend=backend, layout=layout)
+        profiles = [profile_model(model, inputs, loss_fn, options, layout=layout)
                     for layout in layouts]
     else:
-        profiles = list(profile) if isinstance(profile, (list, tuple)) else [profile]
+        profiles = [_offered(p, options) for p in (
+            profile if isinstance(profile, (list, tuple)) else [profile])]
+    backend = options.backend
     for prof in profiles:
         if prof.compiled_with not in (None, str(backend)):
             raise ValueError(f"the profile was costed compiled with {prof.compiled_with}; "
@@ -69,12 +61,12 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
     plans, refusals = [], []
     for prof in profiles:
         try:
-            plans.append(_plan_on(prof, model, inputs, loss_fn, memory_budget, time_limit_s,
-                                  mip_gap, kernel_ids or {}, kernels, backend))
+            plans.append(_plan_on(prof, model, inputs, loss_fn, memory_budget, options))
         except UserError as e:
             refusals.append((prof, e))
     if not plans:         # the refusal of the layout that gets closest to the budget
-        raise min(refusals, key=lambda r: smallest_feasible_bytes(r[0], time_limit_s))[1]
+        raise min(refusals, key=lambda r: smallest_feasible_bytes(
+            r[0], options.time_limit_s))[1]
     best = min(plans, key=lambda p: p.predicted["step_time_s"])
     if len(profiles) > 1:
         best.solver["layouts"] = {prof.layout: None for prof, _ in refusals} | {
@@ -82,8 +74,19 @@ def plan(model, example_inputs, memory_budget, loss_fn=None, *, layers: str | No
     return best
 
 
-def _plan_on(profile, model, inputs, loss_fn, memory_budget, time_limit_s, mip_gap,
-             kernel_ids, kernels, backend) -> Plan:
+def _offered(profile, options: PlanOptions):
+    """`profile` offering only what `options` allow (its actions; no offload where
+    allow_offload is False; None: what the profile offers)."""
+    from .model_profile import restrict
+
+    allowed = set(options.actions) if options.actions is not None else set(ACTIONS)
+    if options.allow_offload is False:
+        allowed = {a for a in allowed if not ACTIONS[a].offload}
+    offered = {n for layer in profile.layers for n in layer.options}
+    return profile if offered <= allowed else restrict(profile, allowed)
+
+
+def _plan_on(profile, model, inputs, loss_fn, memory_budget, options: PlanOptions) -> Plan:
     """The plan one profile offers within the budget (compiled: fitted by measurement)."""
     from .layers import find_layers, layers_fingerprint
     from .solver import smallest_feasible_bytes, solve
@@ -92,15 +95,16 @@ def _plan_on(profile, model, inputs, loss_fn, memory_budget, time_limit_s, mip_g
     fingerprint = layers_fingerprint(find_layers(model, profile.containers))
 
     def solve_for(limit):
-        return build_plan(model, profile, solve(profile, limit, time_limit_s, mip_gap),
-                          budget, str(memory_budget), fingerprint, kernel_ids)
+        return build_plan(model, profile, solve(profile, limit, options.time_limit_s,
+                                                options.mip_gap),
+                          budget, str(memory_budget), fingerprint, options.kernel_ids or {})
     if profile.compiled_with is None:
         return solve_for(budget)
-    least = smallest_feasible_bytes(profile, time_limit_s)
+    least = smallest_feasible_bytes(profile, options.time_limit_s)
     if least > budget:
         return solve_for(budget)           # raises the solver's infeasible-budget error
     return _fit_compiled(lambda limit: solve_for(max(limit, least)), model, inputs, loss_fn,
-                         budget, kernels, backend)
+                         budget, options.kernels, options.backend)
 
 
 def _fit_compiled(solve_for, model, inputs, loss_fn, budget: int, kernels, backend) -> Plan:
@@ -113,7 +117,7 @@ def _fit_compiled(solve_for, model, inputs, loss_fn, budget: int, kernels, backe
     from ..errors import UserError
     from .compiled_plans import compile_planned, forget_compiled_variants
     from .measured_choice import fit_by_measurement
-    from .training_step import measure_step
+    from .measured_step import measure_step
     from .units import format_bytes
 
     try:

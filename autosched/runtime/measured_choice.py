@@ -19,8 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .timing import separated
-
 
 @dataclass(frozen=True)
 class MeasuredPlan:
@@ -34,17 +32,6 @@ def pareto_consistent(plans: list[MeasuredPlan]) -> list[int | None]:
     """Per plan, the index of the measured-fastest plan that fits its budget (None where
     no measured plan fits, e.g. the plan for it measured over its budget)."""
     return [fastest_within(plans, p.budget_bytes) for p in plans]
-
-
-def inversions(plans: list[MeasuredPlan], tolerance: float = 0.0,
-               beyond_noise: bool = False) -> list[tuple[int, int]]:
-    """(i, j) pairs where plan i, for a larger budget, measures slower than plan j, for a
-    smaller one, by more than `tolerance` (a fraction of j's time); beyond_noise: and
-    their samples separate (timing.separated: the medians apart by more than both
-    spreads), so the order is the plans', not the machine's."""
-    return [(i, j) for i, p in enumerate(plans) for j, q in enumerate(plans)
-            if q.budget_bytes < p.budget_bytes and p.time_s > q.time_s * (1 + tolerance)
-            and (not beyond_noise or separated(p.samples, q.samples))]
 
 
 class Fit(NamedTuple):
@@ -67,9 +54,8 @@ def fit_by_measurement(solve, build, measure, budget_bytes: int, attempts: int =
     slack where it measured under it (a plan for the higher limit may use the memory the
     prediction overcounted), never to a limit whose plan measured over. Where plans keep
     measuring over, each steps further: the second by twice its excess, the third by four
-    times (a compiled plan's excess need not shrink as its limit does: lowered by each
-    excess alone, a ResNet shape's plans for a 5.43 MiB budget still saved 5.50 MiB at
-    the third attempt). A plan already
+    times (a compiled plan's excess need not shrink as its limit does, so lowering by
+    each excess alone may never fit). A plan already
     built (same `key`) is not built again: the search stops there, as it does after
     `attempts` builds or where a raised limit's plan does not fit. Returns the fitting
     plan solved for the highest limit, else the last one built (over its budget: the

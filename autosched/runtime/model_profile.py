@@ -18,8 +18,8 @@ with its own backend instance so no two share a graph): the times are those of t
 compiled plan, recompute as the partitioner fuses it, layouts as the whole graph has them.
 A layer's saved bytes are those of its compiled body (the partitioner's choice of
 tensors; inductor's channels-last copies of convolution weights are kept for backward
-too, 2.6 MiB in a ResNet-18 shape at batch 8); the rest's bytes and the reference (keep)
-step, the base of percentage budgets, stay eager's. What the whole compiled graph saves
+too); the rest's bytes and the reference (keep) step, the base of percentage budgets,
+stay eager's. What the whole compiled graph saves
 beyond that, plan(compile=True) measures and fits (make_plan.py). A compiled profile is
 of one layout (compiled_plans.LAYOUTS): every layer body and whole model compiled under it.
 
@@ -27,7 +27,7 @@ Storages that cross a layer boundary (a layer's inputs and outputs) are "shared"
 saves one, it is counted once. The profile therefore keeps, per action, the layer's own
 ("internal") bytes and the set of shared storages it saves; the predictor (prediction.py)
 adds a shared storage once if any of its savers keeps it on the device. A plan compiled
-with compile_planned on inductor or autosched.torch.backend joins a selective or
+with compile_planned on inductor or autosched.model.backend joins a selective or
 recomputed layer after a selective one to its region (joined_regions.py): that layer does
 not keep its inputs (ModelProfile.joins_selective).
 """
@@ -49,11 +49,13 @@ from .layers import (AUTOMATIC_RULE, CallCapture, containers_spec, fed_by_previo
                      find_layers, identical_groups, run_once_in_order, tensors_in)
 from .memeff import fusable_cores, swappable
 from .meter import OUTSIDE, SavedTensorMeter, model_state, storage_key
+from .options import PlanOptions, plan_options
 from .planned_layer import PlannedLayer
 from .save_rules import distinct_rules
 from .timing import settle, spread
 from .trace import COMPUTE_HEAVY, attention_cores, trace_ops
-from .training_step import clock_fn, compute_loss, measure_step, training_step
+from ..model.training_step import compute_loss, training_step
+from .measured_step import clock_fn, measure_step
 
 
 @dataclass(frozen=True)
@@ -184,41 +186,32 @@ def applicable_actions(module, trace, allow_offload: bool, fused: bool = False) 
     return names
 
 
-def profile_model(model, inputs, loss_fn=None, *, layers: str | None = None,
-                  actions: list[str] | None = None, allow_offload: bool = False,
-                  repeats: int = 5, bandwidth: Bandwidth | None = None,
-                  bandwidth_path=None, clock: str = "wall",
-                  kernels: dict | None = None, compile: bool = False,
-                  backend="inductor", layout: str = INDUCTOR_LAYOUT) -> ModelProfile:
+def profile_model(model, inputs, loss_fn=None, options: PlanOptions | None = None, *,
+                  layout: str = INDUCTOR_LAYOUT, **knobs) -> ModelProfile:
     """Measure everything the planner needs (see the module docstring).
 
-    clock: "wall", "cpu" or "thread" (see training_step.clock_fn); predictions are in the
-    same clock.
-    kernels: the memory-efficient kernels by kind ({"gelu": Kernel}, see
-    memeff.library); the memeff actions are measured with them (default: torch's).
-    compile: time the layers and the rest compiled with torch.compile(backend=backend):
-    a registered name, or a backend callable (autosched.torch.backend(DIR): the times
-    are those of the tuned kernels where they serve an operator).
-    layout: compiled, one of compiled_plans.LAYOUTS: every layer body and whole model is
-    compiled under it (plan() profiles each layout worth trying and keeps the fastest plan).
+    options: a PlanOptions (its fields also as keywords, `knobs`; allow_offload None: no
+    offload). compile: the layers and the rest timed compiled with options.backend (a
+    registered name, or a backend of tuned kernels). layout: compiled, one of
+    compiled_plans.LAYOUTS: every layer body and whole model is compiled under it
+    (plan() profiles each layout worth trying and keeps the fastest plan).
     """
-    clock_fn(clock)
-    if layout not in LAYOUTS or (layout != INDUCTOR_LAYOUT and not compile):
+    options = plan_options(options, knobs)
+    clock_fn(options.clock)
+    if layout not in LAYOUTS or (layout != INDUCTOR_LAYOUT and not options.compile):
         raise ValueError(f"layout {layout!r}: a compiled profile's, one of {', '.join(LAYOUTS)}")
-    found = find_layers(model, layers)
-    if layers is None:
+    found = find_layers(model, options.layers)
+    if options.layers is None:
         found = _run_once_in_order(model, inputs, loss_fn, found)
     saved_grads = {p: p.grad for p in model.parameters()}
     try:
         with torch._dynamo.config.patch(recompile_limit=max(
                 64, torch._dynamo.config.recompile_limit)):
-            return _profile(model, inputs, loss_fn, found, layers is not None,
-                            actions, allow_offload, repeats, bandwidth, bandwidth_path, clock,
-                            kernels or {}, backend if compile else None, layout)
+            return _profile(model, inputs, loss_fn, found, options, layout)
     finally:
         for p, g in saved_grads.items():
             p.grad = g
-        if compile:
+        if options.compile:
             forget_compiled_variants()
 
 
@@ -230,9 +223,9 @@ def _run_once_in_order(model, inputs, loss_fn, found):
     return run_once_in_order(found, capture)
 
 
-def _profile(model, inputs, loss_fn, found, explicit, actions, allow_offload,
-             repeats, bandwidth, bandwidth_path, clock, kernels, backend,
-             layout) -> ModelProfile:
+def _profile(model, inputs, loss_fn, found, options: PlanOptions, layout) -> ModelProfile:
+    kernels, repeats, clock = options.kernels or {}, options.repeats, options.clock
+    backend = options.backend if options.compile else None
     containers = containers_spec(found)
     exclude = model_state(model)
     meter = SavedTensorMeter(exclude)
@@ -267,30 +260,33 @@ def _profile(model, inputs, loss_fn, found, explicit, actions, allow_offload,
     meter.release()
     device = next((t.device for t in exclude), torch.device("cpu"))
     follows = fed_by_previous(found, calls, [*exclude, *tensors_in(inputs)])
-    profiles = _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows,
-                               actions, allow_offload, repeats, clock_fn(clock), kernels,
-                               backend, layout)
-    groups, in_context = _in_context(
-        model, inputs, loss_fn, found, calls, profiles, containers, kernels, backend, layout,
-        repeats, clock)
+    profiles = _profile_layers(found, calls, exclude, (shared_ids, in_ids, out_ids), follows,
+                               options, layout)
+    groups, in_context = _in_context(model, inputs, loss_fn, found, calls, profiles,
+                                     containers, options, layout)
     profiles, whole_time = in_context.layers, in_context.keep_s
     keep_time = whole_time if backend is None else statistics.median(measure_step(
         model, inputs, loss_fn, repeats=2 * repeats, clock=clock).times_s)   # eager's
     rest_time = whole_time - sum(p.options["keep"].time_s for p in profiles)
-    bw = bandwidth or host_device_bandwidth(device, bandwidth_path, clock=clock)
+    bw = options.bandwidth or host_device_bandwidth(device, options.bandwidth_path,
+                                                    clock=clock)
     return bytes_in_context(ModelProfile(
         profiles, shared_bytes, rest_bytes, frozenset(rest_shared), rest_time, keep_time,
-        keep_bytes, bw, str(device), containers, "given" if explicit else AUTOMATIC_RULE,
+        keep_bytes, bw, str(device), containers,
+        AUTOMATIC_RULE if options.layers is None else "given",
         {kind: k.id for kind, k in kernels.items()}, None if backend is None else str(backend),
         backend is not None and joins_selective_regions(backend), layout,
         in_context.once_costs), groups, in_context.saved)
 
 
-def _in_context(model, inputs, loss_fn, found, calls, profiles, containers, kernels, backend,
-                layout, repeats, clock):
-    """The profile's times as the whole model measures them (compiled with `backend` under
-    `layout`, if any), per group of identical layers and action: the groups, and what
-    context_costs.py found (costs, the all-kept step, each variant's bytes, once costs)."""
+def _in_context(model, inputs, loss_fn, found, calls, profiles, containers,
+                options: PlanOptions, layout):
+    """The profile's times as the whole model measures them (compiled with the options'
+    backend under `layout`, if compiled), per group of identical layers and action: the
+    groups, and what context_costs.py found (costs, the all-kept step, each variant's
+    bytes, once costs)."""
+    kernels, repeats, clock = options.kernels or {}, options.repeats, options.clock
+    backend = options.backend if options.compile else None
     cores = [p.attention_cores for p in profiles]
     fused = [p.fused_attention for p in profiles]
     index = {layer.name: i for i, layer in enumerate(found)}
@@ -315,14 +311,18 @@ def _in_context(model, inputs, loss_fn, found, calls, profiles, containers, kern
     return groups, context_costs(profiles, groups, build, measure, 3 * repeats, saved_of)
 
 
-def _profile_layers(found, calls, exclude, shared_ids, in_ids, out_ids, follows, actions,
-                    allow_offload, repeats, now, kernels, backend=None,
+def _profile_layers(found, calls, exclude, ids, follows, options: PlanOptions,
                     layout=INDUCTOR_LAYOUT) -> list[LayerProfile]:
     """Bytes per layer and action; times pooled over layers with the same signature (each
     runs `repeats` times, the median is over all their runs), so identical blocks get the
     same, steadier, numbers; actions whose medians do not separate get up to 3x the
-    rounds (timing.settle), and each time records its spread. With a backend the timed
-    bodies are compiled with it, under `layout`."""
+    rounds (timing.settle), and each time records its spread. Compiled, the timed bodies
+    are compiled with the options' backend, under `layout`. ids: (shared storage ids,
+    each layer's input ids, each layer's output ids)."""
+    shared_ids, in_ids, out_ids = ids
+    kernels, repeats, now = options.kernels or {}, options.repeats, clock_fn(options.clock)
+    backend = options.backend if options.compile else None
+    actions, allow_offload = options.actions, bool(options.allow_offload)
     info = {}
     for layer in found:
         call = calls[layer.name]

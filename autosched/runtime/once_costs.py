@@ -1,13 +1,11 @@
 """Costs a model pays once, for any layer under an action: a fixed charge per plan.
 
-A compiled model can pay for an action as a whole graph, not per layer. In a compiled
-U-Net (bench/models/unet_small.py, one thread, kept step 36.9 ms) recompute or
-selective_narrow on any one convolution layer costs +8 to +13 ms, on all five +18.8 ms,
-and recompute on one layer with selective_narrow on another +9.7: about 9 ms paid once,
-shared by the two actions, and little per layer. A per-layer price cannot hold that: at
-what one layer alone costs, a plan that recomputes several layers is predicted far over
-its step; at an even share of the all-layers variant, one recomputed layer is predicted
-far under it (24% in a measured plan).
+A compiled model can pay for an action as a whole graph, not per layer: recomputing any
+one convolution layer of a compiled conv net can cost most of what recomputing all of
+them costs (a layout conversion the compiler then inserts once), and two actions can
+share that charge. A per-layer price cannot hold that: at what one layer alone costs, a
+plan that recomputes several layers is predicted far over its step; at an even share of
+the all-layers variant, one recomputed layer is predicted far under it.
 
 So a profile keeps such costs apart (ModelProfile.once_costs): a OnceCost is paid once
 by a plan that runs any of its actions on any layer, and the layers' own costs are what

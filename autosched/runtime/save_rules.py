@@ -15,9 +15,10 @@ than their input. In a transformer block `dense` recomputes the attention core's
 batched products (K = head dim and sequence length) and keeps the projections; `narrow`
 recomputes the QKV projection, the scores and the MLP's first linear (each wider than its
 input) and keeps the attention output, the output projection and the MLP's second linear.
-Compiled, a block of the bench's GPT (width 192, 576 tokens) keeps 5.5 MiB under `all`,
-4.2 under `dense`, 1.7 under `narrow` and 0.4 (its input) recomputed whole. AOTAutograd's partitioner makes the same kind of choice over the whole
-graph from a flop estimate; a plan makes it per layer from measured step times.
+Compiled, a transformer block keeps the most under `all`, less under `dense`, much less
+under `narrow`, and only its input recomputed whole. AOTAutograd's partitioner makes the
+same kind of choice over the whole graph from a flop estimate; a plan makes it per layer
+from measured step times.
 """
 from __future__ import annotations
 

@@ -18,9 +18,8 @@ it bounds is); with a copy engine, e_f[i], e_b[i] >= 0 (exposed transfer seconds
 credited(i,a) is the layer's compute time under a, except that an action is credited with
 a gain over keeping the layer only where the profile separates the two (their medians
 apart by more than both spreads, timing.separated): within the noise it counts as keeping
-and a hair more, so a plan transforms a layer only on evidence. (A compiled GPT's five
-blocks, selective, were predicted 0.1 ms faster than kept in a 79 ms step and planned so
-at a 100% budget; the plan measured 3% slower than the kept model compiled.)
+and a hair more, so a plan transforms a layer only on evidence (a gain within the noise
+would otherwise turn a plan at a full budget into one that measures slower than keeping).
 
 Times are in milliseconds and bytes in MiB inside the solver (well-scaled coefficients);
 the result is re-evaluated exactly with prediction.predict. A budget no assignment meets

@@ -55,7 +55,7 @@ def settle(sample: Callable[[str], list[tuple[float, float]]], names: list[str],
 def interleaved(timers: dict, rounds: int) -> dict:
     """Every timer of `timers` once a round, in turn, for `rounds` rounds: {name: what
     it returned in each round}. Load from outside this process comes in bursts of seconds
-    (on the 2-core VM a kernel timed alone read 2.4 ms and 4.3 ms minutes apart); taking
+    (a shared machine's speed can move by half within minutes); taking
     turns lets a burst reach every side alike, and a median over rounds leaves it out.
     Each round starts one timer later than the one before, so no side always runs first
     (or always right after the same neighbour)."""

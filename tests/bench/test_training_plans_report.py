@@ -1,6 +1,6 @@
-"""The bench's measured choice: the fastest compiled candidate within each budget, the
-partitioner alone among them, and the ratio against torch.compile's best point at equal
-or lower saved bytes."""
+"""The bench's reading of the measured choice (autosched.runtime.choose_among): the fastest
+compiled candidate within each budget, the partitioner alone among them, the ratio against
+torch.compile's best point at equal or lower saved bytes, drift and inversions."""
 from __future__ import annotations
 
 import json
@@ -13,9 +13,12 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
-from training_plans_report import (ANCHOR, anchored_error, consistent_rows,  # noqa: E402
-                                   drifts, ratio_interval, verdicts)
+from training_plans_report import (ANCHOR, anchored_error, drifts,  # noqa: E402
+                                   inversions, ratio_interval, verdicts)
 from training_plans_report import main as report_main  # noqa: E402
+
+from autosched.runtime import MeasuredPlan  # noqa: E402
+from autosched.runtime import choose_among as consistent_rows  # noqa: E402
 
 
 def _row(point, method, saved, time_s, **extra):
@@ -66,19 +69,18 @@ def test_a_budget_whose_compiled_plan_failed_still_gets_a_compiled_choice():
     assert [(r["budget"], r["chosen"]) for r in compiled] == [("60%", "plan+compile@50%")]
 
 
+def _anchor(point, anchors, layout, measured, predicted):
+    return _row(point, ANCHOR, 0, measured, anchors=anchors, layout=layout,
+                pred_time_s=predicted)
+
+
 def test_each_plan_is_read_against_the_all_kept_model_of_its_own_profile():
-    kept_s = {("plan", None): 1.0, ("plan+compile", "inductor"): 0.5,
-              ("plan+compile", "contiguous"): 1.0}
-    infos = {"eager": {"method": "eager"},
-             "plan@keep": {"method": ANCHOR, "anchors": "plan", "layout": None},
-             "plan+compile@keep/inductor": {"method": ANCHOR, "anchors": "plan+compile",
-                                            "layout": "inductor"},
-             "plan+compile@keep/contiguous": {"method": ANCHOR, "anchors": "plan+compile",
-                                              "layout": "contiguous"},
-             "compile@1": {"method": "compile", "budget": 1.0}}
-    times = {"eager": 1.3, "plan@keep": 1.2, "plan+compile@keep/inductor": 0.5,
-             "plan+compile@keep/contiguous": 0.75, "compile@1": 0.45}
-    drift = drifts(kept_s, infos, times)
+    rows = [_row("eager", "eager", 100, 1.3),
+            _anchor("plan@keep", "plan", None, 1.2, 1.0),
+            _anchor("plan+compile@keep/inductor", "plan+compile", "inductor", 0.5, 0.5),
+            _anchor("plan+compile@keep/contiguous", "plan+compile", "contiguous", 0.75, 1.0),
+            _row("compile@1", "compile", 100, 0.45, budget=1.0)]
+    drift = drifts(rows)
     assert drift == {("plan", None): ("plan@keep", 1.2),
                      ("plan+compile", "inductor"): ("plan+compile@keep/inductor", 1.0),
                      ("plan+compile", "contiguous"): ("plan+compile@keep/contiguous", 0.75)}
@@ -92,9 +94,7 @@ def test_each_plan_is_read_against_the_all_kept_model_of_its_own_profile():
 
 
 def test_a_plan_whose_anchor_was_not_measured_leaves_the_corrected_bar_unread():
-    infos = {"plan+compile@keep/contiguous": {"method": ANCHOR, "anchors": "plan+compile",
-                                              "layout": "contiguous"}}
-    drift = drifts({("plan+compile", "contiguous"): 0.8}, infos, {})   # its timing failed
+    drift = drifts([])                     # the anchor's timing failed: no row
     row = _plan("60%", 60, 50, 0.9, layout="contiguous", pred_time_s=0.9)
     row.update(anchored_error(row, drift))
     assert row["drift_anchor"] is None and row["pred_err_drift_corrected"] is None
@@ -124,3 +124,26 @@ def test_the_report_reads_a_results_file_and_refuses_what_is_not_one(tmp_path, c
     assert report_main([str(tmp_path / "bad.json")]) == 2
     assert report_main([]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 2     # one line each
+
+
+def test_inversions_count_larger_budgets_measured_slower():
+    mib = 1 << 20
+    plans = [MeasuredPlan(100 * mib, 90 * mib, 0.150),     # 100%
+             MeasuredPlan(60 * mib, 58 * mib, 0.170),      # 60%: slower than the 40% plan
+             MeasuredPlan(40 * mib, 39 * mib, 0.160),      # 40%
+             MeasuredPlan(25 * mib, 26 * mib, 0.140)]      # 25%: measured over its budget
+    assert inversions(plans) == [(0, 3), (1, 2), (1, 3), (2, 3)]
+    assert inversions(plans, tolerance=0.1) == [(1, 3), (2, 3)]
+    plans[3] = MeasuredPlan(25 * mib, 24 * mib, 0.200)
+    assert inversions(plans) == [(1, 2)]
+
+
+def test_inversions_beyond_noise_need_separated_samples():
+    mib = 1 << 20
+    steady = MeasuredPlan(60 * mib, 58 * mib, 0.170, (0.169, 0.170, 0.170, 0.171))
+    smaller = MeasuredPlan(40 * mib, 39 * mib, 0.160, (0.159, 0.160, 0.160, 0.161))
+    noisy = MeasuredPlan(40 * mib, 39 * mib, 0.160, (0.130, 0.150, 0.170, 0.190))
+    assert inversions([steady, smaller], beyond_noise=True) == [(0, 1)]
+    # 10 ms slower by the medians, but the smaller plan's spread (half its IQR) is wider
+    assert inversions([steady, noisy]) == [(0, 1)]
+    assert inversions([steady, noisy], beyond_noise=True) == []

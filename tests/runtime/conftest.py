@@ -59,7 +59,7 @@ def bw_path(tmp_path):
 
 
 def _grads(model, run, inputs, loss_fn):
-    from autosched.runtime.training_step import parameter_grads
+    from autosched.model.training_step import parameter_grads
 
     return parameter_grads(run, inputs, loss_fn, model)
 

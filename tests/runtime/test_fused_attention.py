@@ -19,7 +19,7 @@ from autosched.runtime.memeff.attention import fused_form
 from autosched.runtime.meter import model_state
 from autosched.runtime.model_profile import profile_model
 from autosched.runtime.planned_layer import build_body
-from autosched.runtime.training_step import measure_step
+from autosched.runtime.measured_step import measure_step
 from support.compiled_steps import fresh_dynamo, max_rel_error, saved_bytes  # noqa: F401
 
 BACKEND = "aot_eager_decomp_partition"

@@ -15,8 +15,8 @@ import autosched.runtime as rt
 from autosched.cli import main
 from autosched.runtime.memeff.kernels import gelu_backward, gelu_forward, gelu_tables
 from autosched.runtime.memeff.library import OP_FILE
-from autosched.runtime.training_step import measure_step
-from autosched.torch.errors import LibraryError
+from autosched.runtime.measured_step import measure_step
+from autosched.torch import LibraryError, load_library
 
 ROWS, WIDTH = 2 * 16, 4 * 32   # the MLP activation of the tiny GPT (conftest.tiny_gpt)
 
@@ -34,7 +34,7 @@ def library(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fused(library):
-    return rt.memeff_library_kernels(library)
+    return rt.memeff_library_kernels(load_library(library))
 
 
 def _case(rows, width, seed=0):
@@ -110,4 +110,4 @@ def test_a_library_from_another_definition_is_refused(library, tmp_path):
     manifest["kernels"][0]["task_key"] = "0" * 32          # built from an older formula
     (stale / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(LibraryError, match="another definition"):
-        rt.memeff_library_kernels(stale)
+        rt.memeff_library_kernels(load_library(stale))

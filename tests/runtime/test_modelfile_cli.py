@@ -9,7 +9,7 @@ import pytest
 
 from autosched.cli import plan as cli_plan
 from autosched.errors import UserError
-from autosched.runtime.modelfile import load_model_file
+from autosched.model.modelfile import load_model_file
 
 SMALL_MLP = """
 import importlib.util, sys
@@ -42,15 +42,20 @@ def model_file(tmp_path):
     return write
 
 
-def test_plan_command_prints_the_table_and_writes_the_plan(model_file, tmp_path, capsys,
-                                                           monkeypatch):
+def _small_mlp(model_file, tmp_path, monkeypatch) -> str:
     from pathlib import Path
 
     monkeypatch.setenv("HOME", str(tmp_path))          # the bandwidth cache goes here
     mlp_path = Path(__file__).resolve().parents[2] / "examples" / "mlp.py"
-    path = model_file(SMALL_MLP.format(path=str(mlp_path)))
+    return model_file(SMALL_MLP.format(path=str(mlp_path)))
+
+
+def test_solver_only_prints_the_table_and_writes_the_plan(model_file, tmp_path, capsys,
+                                                          monkeypatch):
+    path = _small_mlp(model_file, tmp_path, monkeypatch)
     out = tmp_path / "plan.json"
-    args = parse(path, "--memory-budget", "50%", "-o", str(out), "--repeats", "1")
+    args = parse(path, "--memory-budget", "50%", "-o", str(out), "--repeats", "1",
+                 "--solver-only")
     assert cli_plan.run(args) == 0
     printed = capsys.readouterr().out
     assert "blocks.0" in printed and "blocks.1" in printed and "step time" in printed
@@ -59,6 +64,33 @@ def test_plan_command_prints_the_table_and_writes_the_plan(model_file, tmp_path,
     assert plan["predicted"]["saved_bytes"] <= plan["budget"]["bytes"]
     assert not plan["bandwidth"]["overlap"]            # the CPU has no copy engine
     assert all(not a.startswith("offload") for a in (lp["action"] for lp in plan["layers"]))
+
+
+def test_plan_command_writes_the_measured_choice(model_file, tmp_path, capsys, monkeypatch):
+    path = _small_mlp(model_file, tmp_path, monkeypatch)
+    out = tmp_path / "choice.json"
+    args = parse(path, "--memory-budget", "100%,40%", "-o", str(out), "--repeats", "1",
+                 "--rounds", "2")
+    assert cli_plan.run(args) == 0
+    printed = capsys.readouterr().out
+    assert "plan@40%" in printed and f"wrote {out}" in printed
+    choice = json.loads(out.read_text())
+    assert choice["format"] == "autosched.choice"
+    assert set(choice["answers"]) == {"100%", "40%"}
+    points = {p["point"]: p for p in choice["points"]}
+    for spec, answer in choice["answers"].items():
+        assert answer["chosen"] in points and answer["method"] == "plan*"
+        assert answer["saved"] == points[answer["chosen"]]["saved"] <= \
+            choice["budgets"][spec]
+    assert choice["budgets"]["40%"] == int(choice["reference_saved_bytes"] * 0.4)
+
+
+def test_a_bad_budget_exits_2_with_one_line(tmp_path, capsys):
+    from autosched.cli import main
+
+    assert main(["plan", str(tmp_path / "never_read.py"), "--memory-budget", "40%,half"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "memory budget 'half' is not understood" in err and "\n" not in err
 
 
 @pytest.mark.parametrize("source, match", [
@@ -92,6 +124,8 @@ def test_missing_model_file(tmp_path):
     (["--memory-budget", "1GiB", "--clock", "thread", "--threads", "2"], "--threads 1"),
     (["--memory-budget", "1GiB", "--model-library", "."], "add --compile"),
     (["--memory-budget", "1GiB", "--compile", "--model-library", "."], "no model_ops.json"),
+    (["--memory-budget", "1GiB,2GiB", "--solver-only"], "one --memory-budget"),
+    (["--memory-budget", "1GiB", "--rounds", "1"], "--rounds must be >= 2"),
 ])
 def test_bad_arguments_fail_before_loading_anything(argv, match, tmp_path):
     args = parse(str(tmp_path / "never_read.py"), *argv)
@@ -108,5 +142,6 @@ def test_output_into_a_missing_folder_is_refused_and_nothing_written(model_file,
     path = model_file(SMALL_MLP.format(path=str(mlp_path)))
     target = tmp_path / "nowhere" / "plan.json"
     with pytest.raises(UserError, match="does not exist"):
-        cli_plan.run(parse(path, "--memory-budget", "90%", "-o", str(target), "--repeats", "1"))
+        cli_plan.run(parse(path, "--memory-budget", "90%", "-o", str(target), "--repeats", "1",
+                           "--solver-only"))
     assert not target.exists()

@@ -54,6 +54,11 @@ def imported_names(path: Path, name: str) -> list[str]:
                 base = node.module
             out.append(base)
             out += [f"{base}.{alias.name}" for alias in node.names]   # submodules by name
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_names" \
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Dict):
+            # lazy_names(__name__, {"plan": ".make_plan"}): imported on first use
+            out += [f"{package}{v.value}" if v.value.startswith(".") else v.value
+                    for v in node.args[1].values if isinstance(v, ast.Constant)]
     return out
 
 

@@ -9,6 +9,7 @@ from autosched.runtime.offload import LayerOffload
 
 
 def test_host_copy_is_a_separate_tensor_and_views_share_it():
+    torch.manual_seed(0)
     x = torch.randn(64, 64, requires_grad=True)
     off = LayerOffload(excluded_keys=set())
     with off.hooks():
@@ -104,6 +105,7 @@ def test_offload_copies_exactly_what_keep_saves_but_no_parameters(tiny_gpt):
     out.sum().backward()
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("side_streams", [False, True])
 def test_cuda_offload_comes_back_to_the_gpu_with_or_without_side_streams(side_streams):
@@ -112,6 +114,7 @@ def test_cuda_offload_comes_back_to_the_gpu_with_or_without_side_streams(side_st
     here before: no stream was passed)."""
     from autosched.runtime.offload import SideStreams
 
+    torch.manual_seed(0)
     x = torch.randn(256, 256, device="cuda", requires_grad=True)
     streams = SideStreams().get(x.device) if side_streams else None
     off = LayerOffload(set(), streams=streams)

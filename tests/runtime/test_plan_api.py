@@ -10,7 +10,7 @@ from autosched.errors import UserError
 from autosched.runtime.actions import ACTIONS
 from autosched.runtime.document import Plan
 from autosched.runtime.model_profile import profile_model
-from autosched.runtime.training_step import measure_step
+from autosched.runtime.measured_step import measure_step
 
 # Gradient tolerance of plans with memory-efficient GELU/LayerNorm (see memeff/kernels.py):
 # per parameter, |error| <= MEMEFF_REL * max |reference gradient|.

@@ -38,7 +38,7 @@ def test_the_thread_clock_refuses_more_than_one_torch_thread():
     import torch
 
     from autosched.errors import UserError
-    from autosched.runtime.training_step import clock_fn
+    from autosched.runtime.measured_step import clock_fn
 
     assert clock_fn("thread")() >= 0         # the runtime tests run torch on one thread
     torch.set_num_threads(2)

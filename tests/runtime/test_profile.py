@@ -2,8 +2,6 @@
 examples' library hook."""
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from torch import nn
@@ -11,7 +9,7 @@ from torch import nn
 from autosched.errors import UserError
 from autosched.runtime.layers import find_layers, signature
 from autosched.runtime.model_profile import profile_model
-from autosched.runtime.training_step import measure_step
+from autosched.runtime.measured_step import measure_step
 
 
 def test_layers_are_the_children_of_the_largest_block_container(gpt, mlp):
@@ -144,46 +142,30 @@ def autosched_op():
 def test_custom_ops_are_found_by_namespace_and_named_in_the_plan(autosched_op, tmp_path, mlp,
                                                                   bw_path, grads):
     import autosched.runtime as rt
-    from autosched.runtime.library_modules import record_ids, swap_modules_for_library
+    from autosched.runtime.library_modules import swap_modules_for_library
+    from autosched.torch.library import KernelLibrary
+    from autosched.torch.manifest import KernelEntry, Manifest
 
-    manifest = {"kernels": [{"symbol": autosched_op, "workload": "matmul", "record_id": "rec-7",
-                             "args": {"M": 16, "N": 32, "K": 32}}]}
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    loaded = []
-
-    def fake_load_library(path):  # what the real loader returns: ops by workload
-        loaded.append(path)
-        return {"matmul": getattr(torch.ops.autosched, autosched_op)}
+    entry = KernelEntry(symbol=autosched_op, workload="matmul", args={"M": 16, "N": 32, "K": 32},
+                        task_key="", inputs=(), outputs=(), record_id="rec-7")
+    manifest = Manifest(tmp_path, "", {"kind": "llvm"}, "", {}, {}, (entry,))
+    # what load_library returns for such a library: its manifest and ops by workload
+    library = KernelLibrary(tmp_path, manifest,
+                            {"matmul": getattr(torch.ops.autosched, autosched_op)}, False)
 
     model = mlp.make_model(n_layer=2, width=32, hidden=32)
     reference = mlp.make_model(n_layer=2, width=32, hidden=32)
-    swapped = swap_modules_for_library(model, tmp_path, load_library=fake_load_library)
-    assert loaded == [str(tmp_path)]
+    swapped = swap_modules_for_library(model, library)
     assert set(swapped) == {"blocks.0.fc1", "blocks.0.fc2", "blocks.1.fc1", "blocks.1.fc2"}
     inputs = mlp.make_inputs(batch=16, width=32)
     got, ref = grads(model, model, inputs, mlp.loss_fn), grads(reference, reference, inputs,
                                                                mlp.loss_fn)
     for name, r in ref.items():
         torch.testing.assert_close(got[name], r)
-    assert record_ids(tmp_path) == {"autosched::matmul": "rec-7"}
+    assert library.record_ids() == {"autosched::matmul": "rec-7"}
     # the real loader names the op after the workload; this test op has its own name
     plan = rt.plan(model, inputs, "100%", mlp.loss_fn, repeats=1, bandwidth_path=bw_path,
                    kernel_ids={f"autosched::{autosched_op}": "rec-7"})
     for layer in plan.layers:
         assert layer.custom_ops == [f"autosched::{autosched_op}"]
         assert layer.kernel == f"autosched::{autosched_op}=rec-7"
-
-
-def test_library_hook_without_a_loader_is_a_user_error(mlp, tmp_path):
-    from autosched.runtime.library_modules import (AutoschedLinear, AutoschedLayerNorm,
-                                                   swap_modules_for_library)
-
-    def unimportable(path):   # as when autosched.torch's dependencies are missing
-        raise ImportError("No module named 'tvm_ffi'")
-
-    model = mlp.make_model(n_layer=1, width=8, hidden=8)
-    with pytest.raises(UserError, match="load_library") as info:
-        swap_modules_for_library(model, tmp_path, load_library=unimportable)
-    assert "tvm_ffi" in str(info.value) and "\n" not in str(info.value)
-    assert not any(isinstance(m, (AutoschedLinear, AutoschedLayerNorm))
-                   for m in model.modules())                      # nothing was swapped

@@ -19,7 +19,7 @@ from autosched.runtime.model_profile import applicable_actions
 from autosched.runtime.planned_layer import PlannedLayer
 from autosched.runtime.save_rules import RULES, distinct_rules, keeps
 from autosched.runtime.trace import trace_ops
-from autosched.runtime.training_step import compute_loss
+from autosched.model.training_step import compute_loss
 from support.compiled_steps import fresh_dynamo, max_rel_error, saved_bytes  # noqa: F401
 
 MM = torch.ops.aten.mm.default
