@@ -10,8 +10,8 @@ the features describe programs and one family's GPUs rank them alike. It is made
 (`train_shipped`), which never ships a model of synthetic records.
 
 The tuner loads it (`load_shipped`) when a run on that family has no model given
-(`--model`), transfer on, and no records of other shapes in the database to warm-start
-from (`warm_start.py`); later measurements are boosted on top of it, as for `--model`.
+(`--cost-model`), transfer on, and no records of other shapes in the database to warm-start
+from (`warm_start.py`); later measurements are boosted on top of it, as for `--cost-model`.
 
 Honesty: the sidecar's `summary["shipped"]` lists every task (key, workload, arguments,
 record count) the model was trained on, the logs (path, SHA-256, machines, provenance),

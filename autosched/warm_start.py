@@ -1,4 +1,4 @@
-"""Transfer without `--model`: warm-start the cost model from the database.
+"""Transfer without `--cost-model`: warm-start the cost model from the database.
 
 A team's database often already holds records of other shapes of the workload being
 tuned (another batch size, another layer width) on the same target and machine. Before
@@ -6,18 +6,16 @@ the first batch the run's ranker is given their records as training groups, with
 settings for many tasks' data (`XGBRanker.for_transfer`), and keeps them: every later
 retrain learns from them and from this run's measurements together.
 
-Only other shapes of the same workloads are used. Across shapes the transfer pays, and
-more so the more shapes the database holds: trained on a dozen or more other matmul shapes,
-the model ranks a new shape's candidates before any local measurement far better than a
-cold model trained on a few of them, and as well once those are learned together with the
-other shapes' records (bench/results/cost_model_heldout_matmul_*.json). Across operators
-it ranks no better than chance (bench/results/cost_model_heldout_ops.json).
-bench/README.md gives the commands.
+Only other shapes of the same workloads are used: across shapes of one workload what
+makes a schedule fast carries over, and more so the more shapes the database holds;
+across operators the features mean different things and a ranker learnt on one ranks
+another's candidates no better than chance. bench/README.md gives the commands that
+measure both.
 
 Every record is replayed in its task's space to get its program (milliseconds a record),
 so at most `RecordBudget.max_records` (TuneConfig.transfer_records) are used, shared
-evenly by the similar shapes (more shapes beat more records of fewer shapes, commit
-639137e), at most `per_task` and at least `min_per_task` each, newest first.
+evenly by the similar shapes (more shapes teach more than more records of fewer
+shapes), at most `per_task` and at least `min_per_task` each, newest first.
 
 Where the database gives nothing to learn from (a first run on a GPU), the shipped
 model of the target's family is loaded instead, when there is one

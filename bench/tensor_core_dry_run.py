@@ -1,6 +1,7 @@
 """Tensor-core dry run: sample distinct `tensor_core` candidates per operator, check each
 against the target's limits, compile it for each arch with nvcc (fatbin, SASS for
-exactly that arch; no GPU needed) and count the tensor-core instructions in its SASS.
+exactly that arch; no GPU needed) and count the tensor-core instructions in its SASS:
+`autosched.dry_run_task` with a `DeviceCodeCheck`.
 
     PYTHONPATH=. python bench/tensor_core_dry_run.py [--per-op 64] [--archs sm_80 sm_90a]
         [--cases matmul_fp16_odd ...] [--seed 0] [--json out.json]
@@ -15,22 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
-import tempfile
-import time
-from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
 
 import provenance  # noqa: E402
-from autosched.measure.cuda_compile import CudaCompileError, build_cuda  # noqa: E402
-from autosched.measure.sass import opcode_counts  # noqa: E402
-from autosched.target import resolve_target  # noqa: E402
-from autosched.workload import load_tasks  # noqa: E402
-from search_space import InvalidCandidate, generate_space  # noqa: E402
+
+from autosched import DeviceCodeCheck, dry_run_task, load_tasks, resolve_target  # noqa: E402
 
 OP_FILE = os.path.join(ROOT, "examples", "mixed_precision.py")
 # name -> (workload, --arg items)
@@ -55,58 +49,17 @@ def case_task(case: str):
     return next(t for t in load_tasks(OP_FILE, arg_items=args) if t.workload == workload)
 
 
-def distinct_tc_samples(space, n: int, rng: random.Random) -> list:
-    seen, out = set(), []
-    for _ in range(n * 4):
-        if len(out) == n:
-            break
-        try:
-            cand, mod = space.sample(rng, sketch="tensor_core")
-        except InvalidCandidate:
-            continue
-        if cand not in seen:
-            seen.add(cand)
-            out.append((cand, mod))
-    return out
-
-
-def verdict(space, mod, archs, library: str) -> tuple[str | None, dict]:
-    """(None, SASS counts per arch) when the candidate fits, compiles for every arch and
-    uses HMMA and LDGSTS; else (the reason, what was counted)."""
-    reason = space.check(mod)
-    if reason is not None:
-        return "check: " + reason, {}
-    counts = {}
-    for arch in archs:
-        try:
-            build_cuda(mod, target_for(arch).config).executable.export_library(library)
-        except CudaCompileError as e:
-            return f"{arch}: {e}", counts
-        c = opcode_counts(library)
-        counts[arch] = {k: c[k] for k in ("HMMA", "LDGSTS", "LDSM", "STL", "LDL")}
-        if not c["HMMA"] or not c["LDGSTS"]:
-            return f"{arch}: SASS without HMMA or LDGSTS {counts[arch]}", counts
-    return None, counts
-
-
 def dry_run(case: str, n: int, seed: int, archs) -> dict:
-    space = generate_space(case_task(case), target_for(archs[0]))
-    t0 = time.perf_counter()
-    samples = distinct_tc_samples(space, n, random.Random(seed))
-    passed, failures, hmma, local_memory = 0, Counter(), [], 0
-    library = os.path.join(tempfile.mkdtemp(), "k.so")
-    for cand, mod in samples:
-        reason, counts = verdict(space, mod, archs, library)
-        if reason is None:
-            passed += 1
-            hmma.append(counts[archs[0]]["HMMA"])
-            local_memory += any(c["STL"] or c["LDL"] for c in counts.values())
-        else:
-            failures[reason[:160]] += 1
-    return {"case": case, "task": space.task.name, "sampled": len(samples), "passed": passed,
-            "rate": passed / max(1, n), "hmma_min": min(hmma, default=0),
-            "with_local_memory": local_memory,
-            "seconds": round(time.perf_counter() - t0, 1), "failures": dict(failures)}
+    check = DeviceCodeCheck(also_for=tuple(target_for(a) for a in archs[1:]),
+                            require=("HMMA", "LDGSTS"), count=("LDSM", "STL", "LDL"))
+    report = dry_run_task(case_task(case), target_for(archs[0]), n, seed,
+                          sketch="tensor_core", device_code=check)
+    return {"case": case, "task": report.task.name, "sampled": report.generated,
+            "passed": report.compiled, "rate": report.compiled / max(1, n),
+            "hmma_min": min((c[archs[0]]["HMMA"] for c in report.sass), default=0),
+            "with_local_memory": sum(any(k["STL"] or k["LDL"] for k in c.values())
+                                     for c in report.sass),
+            "seconds": round(report.seconds, 1), "failures": dict(report.messages)}
 
 
 def main(argv=None) -> int:
@@ -126,9 +79,8 @@ def main(argv=None) -> int:
         print(f"{case:<24} {row['passed']:>3}/{args.per_op} pass ({row['rate']:.0%}) "
               f"min HMMA {row['hmma_min']}, {row['with_local_memory']} with STL/LDL  "
               f"{row['seconds']}s", flush=True)
-        for msg, k in row["failures"].items():
-            print(f"    {k} x {msg}")
-        if args.json:
+        print("".join(f"    {k} x {msg[:160]}\n" for msg, k in row["failures"].items()), end="")
+        if args.json:  # after each case: a long run leaves what it finished
             provenance.write_json(args.json, {"archs": args.archs, "per_op": args.per_op,
                                               "seed": args.seed, "rows": rows}, stamp)
     return 0 if all(r["rate"] >= 0.9 for r in rows) else 1

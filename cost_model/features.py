@@ -5,9 +5,8 @@ Groups (see `feature_names()` for every column):
   its loop nest (extents of the innermost six loops and the outermost two: the tiling
   levels), parallel / vector / unroll / thread extents (and the odd factor of the vector
   length: on an AVX-512 CPU 48-wide vector loops run several times slower than
-  power-of-two widths, which log2 of the width cannot show; commit 3d3b6b4 has the
-  measurement), arithmetic per iteration, access
-  strides, footprints and estimated traffic and arithmetic intensity per cache size,
+  power-of-two widths, which log2 of the width cannot show), arithmetic per iteration,
+  access strides, footprints and estimated traffic and arithmetic intensity per cache size,
   and its register tile (the loops inside the innermost reduction loop: accumulators,
   vector registers they need, reduction steps streamed over them, flops per byte read);
 - the rest: how many other stores there are and their summed work and traffic;

@@ -9,6 +9,10 @@ by their bindings). Everything downstream is pure Python.
 
 Index trees: ("c", int) constant, ("v", loop_id) loop variable, (op, a, b) for op in
 + - * // % min max, and ("?",) for anything the footprint analysis cannot bound.
+
+`StmtWalker` is the one traversal of statements in the package: this module's walker and
+the tensor-core counts (`tensor_core.py`) differ only in what they do at loops, blocks,
+stores and evaluated calls.
 """
 from __future__ import annotations
 
@@ -83,7 +87,52 @@ def _unroll_value(annotations) -> int:
     return best
 
 
-class _Walker:
+class StmtWalker:
+    """Visits a TIR statement tree in program order. Sequences, both branches of a
+    condition and every statement that only wraps a body (AttrStmt, LetStmt, DeclBuffer,
+    AllocBuffer, While, ...) pass the walk on with the same context `ctx`; a subclass
+    decides what a loop, a block, a store and an evaluated expression mean, and with
+    which context their bodies are walked (`walk_body`)."""
+
+    def stmt(self, s, *ctx) -> None:
+        kind = type(s).__name__
+        if kind == "For":
+            self.loop(s, *ctx)
+        elif kind == "SeqStmt":
+            for child in s.seq:
+                self.stmt(child, *ctx)
+        elif kind == "SBlockRealize":
+            self.block(s, *ctx)
+        elif kind == "BufferStore":
+            self.store(s, *ctx)
+        elif kind == "Evaluate":
+            self.evaluate(s, *ctx)
+        elif kind == "IfThenElse":
+            self.stmt(s.then_case, *ctx)
+            if s.else_case is not None:
+                self.stmt(s.else_case, *ctx)
+        elif hasattr(s, "body"):
+            self.stmt(s.body, *ctx)
+
+    def loop(self, s, *ctx) -> None:
+        self.stmt(s.body, *ctx)
+
+    def block(self, s, *ctx) -> None:
+        self.stmt(s.block.body, *ctx)
+
+    def store(self, s, *ctx) -> None:
+        """A buffer store: nothing below it is a statement."""
+
+    def evaluate(self, s, *ctx) -> None:
+        """An expression evaluated for its effect (an intrinsic call)."""
+
+
+def int_extent(loop) -> int:
+    """A loop's extent when it is a constant, else 1."""
+    return int(loop.extent) if type(loop.extent).__name__ == "IntImm" else 1
+
+
+class _Walker(StmtWalker):
     def __init__(self):
         self.program = Program()
         self.buffers: dict = {}
@@ -156,26 +205,8 @@ class _Walker:
                 self.count(getattr(e, attr), env, ops, accesses)
                 return
 
-    def stmt(self, s, loops: tuple, env: dict, unroll: int) -> None:
-        kind = type(s).__name__
-        if kind == "For":
-            self.loop(s, loops, env, unroll)
-        elif kind == "SeqStmt":
-            for child in s.seq:
-                self.stmt(child, loops, env, unroll)
-        elif kind == "SBlockRealize":
-            self.block(s, loops, env, unroll)
-        elif kind == "BufferStore":
-            self.store(s, loops, env, unroll)
-        elif kind == "IfThenElse":
-            self.stmt(s.then_case, loops, env, unroll)
-            if s.else_case is not None:
-                self.stmt(s.else_case, loops, env, unroll)
-        elif hasattr(s, "body"):  # AttrStmt, LetStmt, DeclBuffer, AllocBuffer, ...
-            self.stmt(s.body, loops, env, unroll)
-
     def loop(self, s, loops, env, unroll) -> None:
-        extent = int(s.extent) if type(s.extent).__name__ == "IntImm" else 1
+        extent = int_extent(s)
         tag = str(s.thread_binding.thread_tag) if s.thread_binding is not None else ""
         outer = next((lp for lp in loops if tag and lp.tag == tag), None)
         if outer is not None:

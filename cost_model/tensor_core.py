@@ -19,18 +19,23 @@ from __future__ import annotations
 
 import math
 
+from .ir_walk import StmtWalker, int_extent
+
 NAMES = ("mma_per_thread", "mma_per_block", "ldmatrix_per_thread", "warps", "stages",
          "async", "smem_pipelined")
 _MMA, _LDMATRIX = "tirx.ptx_legacy.mma", "tirx.ptx_legacy.ldmatrix"
-# statements that only wrap a body
-_WRAPPERS = ("AttrStmt", "LetStmt", "DeclBuffer", "AllocBuffer", "While", "AssertStmt")
 
 
 def _lg(x: float) -> float:
     return math.log2(1.0 + max(float(x), 0.0))
 
 
-class _Count:
+class _Count(StmtWalker):
+    """The walk's context: `repeat`, how often the statement runs per thread (the serial
+    loop extents around it); `stage_factor`, the pipeline depth around it; `chunk`, the
+    iterations of the loops inside the pipelined loop so far (0 outside it): a shared
+    store there fills `chunk` elements of one stage's buffer."""
+
     def __init__(self):
         self.calls = {_MMA: 0, _LDMATRIX: 0}
         self.threads: dict[str, int] = {}
@@ -38,32 +43,19 @@ class _Count:
         self.async_ = 0
         self.smem = 0
 
-    def stmt(self, s, repeat: int, stage_factor: int, chunk: int = 0) -> None:
-        """`chunk`: the iterations of the loops inside the pipelined loop so far (0 outside
-        it); a shared store there fills `chunk` elements of one stage's buffer."""
-        kind = type(s).__name__
-        if kind == "For":
-            self.loop(s, repeat, stage_factor, chunk)
-        elif kind == "SeqStmt":
-            for child in s.seq:
-                self.stmt(child, repeat, stage_factor, chunk)
-        elif kind == "SBlockRealize":
-            self.stmt(s.block.body, repeat, stage_factor, chunk)
-        elif kind == "BufferStore":
-            if chunk and str(s.buffer.scope()).startswith("shared"):
-                dt = s.buffer.dtype
-                self.smem += chunk * stage_factor * max(1, int(dt.bits) * int(dt.lanes) // 8)
-        elif kind == "Evaluate" and type(s.value).__name__ == "Call":
+    def store(self, s, repeat: int, stage_factor: int, chunk: int) -> None:
+        if chunk and str(s.buffer.scope()).startswith("shared"):
+            dt = s.buffer.dtype
+            self.smem += chunk * stage_factor * max(1, int(dt.bits) * int(dt.lanes) // 8)
+
+    def evaluate(self, s, repeat: int, stage_factor: int, chunk: int) -> None:
+        if type(s.value).__name__ == "Call":
             op = str(s.value.op.name)
             if op in self.calls:
                 self.calls[op] += repeat
-        elif kind == "IfThenElse":
-            self.stmt(s.then_case, repeat, stage_factor, chunk)
-        elif kind in _WRAPPERS:
-            self.stmt(s.body, repeat, stage_factor, chunk)
 
     def loop(self, s, repeat: int, stage_factor: int, chunk: int) -> None:
-        extent = int(s.extent) if type(s.extent).__name__ == "IntImm" else 1
+        extent = int_extent(s)
         chunk = chunk * extent
         if s.thread_binding is not None:
             tag = str(s.thread_binding.thread_tag)
@@ -83,7 +75,7 @@ class _Count:
 def tensor_core_vector(mod) -> list[float]:
     """The features of `mod["main"]` named by `NAMES`."""
     c = _Count()
-    c.stmt(mod["main"].body, 1, 1)
+    c.stmt(mod["main"].body, 1, 1, 0)
     mma = c.calls[_MMA]
     if not mma:
         return [0.0] * len(NAMES)

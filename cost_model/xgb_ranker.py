@@ -13,11 +13,11 @@ under a second on a 2-core CPU). A model loaded from disk (for example one train
 tasks' records, see `transfer.py`) stays underneath: local trees are boosted on top of it,
 so its knowledge is corrected by, not replaced with, local data. They are boosted gently
 (`ON_BASE_ROUNDS` rounds at `ON_BASE_ETA`): with the loaded model's own rounds at the
-cold learning rate, a first batch of local measurements overwrote most of what the
-transfer taught (commit 50e2fb2 has the comparison). Where the other tasks' records
-themselves are at hand (the automatic warm start), learning them together with the local
-ones ranks better than boosting on top: compare "warm start+local" with "transfer+local"
-in bench/results/cost_model_heldout_matmul_*.json (bench/README.md gives the commands).
+cold learning rate, a first batch of local measurements overwrites most of what the
+transfer taught. Where the other tasks' records themselves are at hand (the automatic
+warm start), learning them together with the local ones ranks better than boosting on
+top; bench/cost_model_accuracy.py compares the two ("warm start+local" against
+"transfer+local").
 
 Persisted as XGBoost's own JSON model plus a JSON sidecar (`<name>.meta.json`) with the
 feature configuration: never pickle.
@@ -39,12 +39,12 @@ _FORMAT_VERSION = 1
 _CACHE_LIMIT = 50_000
 ON_BASE_ROUNDS = 40     # local trees on top of a loaded model, and their learning rate
 ON_BASE_ETA = 0.03
-# A model trained on many tasks' records (`autosched model train`, the automatic warm
-# start) overfits them with the online model's deeper trees; fewer, shallower trees with
-# more pairs per sample rank held-out shapes better. They were picked on the large
-# held-out matmul shapes and checked on the small ones (commit 639137e); their scores are
-# the "transfer" rows of bench/results/cost_model_heldout_matmul_*.json. A cold model
-# with one task's few rows keeps the online settings: these did not help it consistently.
+# A model trained on many tasks' records (`autosched cost-model train`, the automatic
+# warm start) overfits them with the online model's deeper trees; fewer, shallower trees
+# with more pairs per sample rank held-out shapes better (picked on large held-out matmul
+# shapes, checked on small ones: the "transfer" rows of bench/cost_model_accuracy.py). A
+# cold model with one task's few rows keeps the online settings: these did not help it
+# consistently.
 TRANSFER_ROUNDS = 100
 TRANSFER_PARAMS = {"max_depth": 4, "lambdarank_num_pair_per_sample": 64}
 DEFAULT_PARAMS = {

@@ -9,7 +9,7 @@ import argparse
 import json
 
 from ..errors import UserError
-from ..measure.result import FAILURE_KINDS
+from ..results import FAILURE_KINDS
 from . import show
 from .options import DB_URL_HELP
 

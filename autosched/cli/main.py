@@ -16,12 +16,13 @@ from collections.abc import Mapping
 from importlib import metadata
 
 from ..errors import InfrastructureError, UserError
-from . import db, export, export_model, model, plan, report, tune, tune_model, workers
+from . import (cost_model, db, export, export_model, plan, report, tune, tune_model,
+               workers)
 from .options import DB_ENV, DEFAULT_WORK_DIR, database_url
 
 # Every command, in the order `autosched --help` lists them. Each module has
 # add_parser(subparsers) -> its parser, and run(args) -> the exit code.
-COMMANDS = (tune, export, tune_model, export_model, report, db, model, plan, workers)
+COMMANDS = (tune, export, tune_model, export_model, report, db, cost_model, plan, workers)
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -98,8 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true",
                         help="print the versions a bug report needs and exit")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    shown = []
     for command in COMMANDS:
-        command.add_parser(sub).set_defaults(func=command.run)
+        p = command.add_parser(sub)
+        p.set_defaults(func=command.run)
+        shown.append(p.prog.rpartition(" ")[2])
+    # `{tune,export,...}` names the commands, not the old spellings kept for scripts
+    sub.metavar = "{" + ",".join(shown) + "}"
     return parser
 
 

@@ -65,7 +65,7 @@ def run(db, args: argparse.Namespace) -> int:
 
 
 def _no_sass(build: dict | None) -> None:
-    from ..measure import sass
+    from ..measure.cuda import sass
 
     if build is not None and build.get("binary") != "fatbin":
         raise InfrastructureError(f"SASS is read from nvcc's fatbin; this machine compiled "

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from ..errors import UserError
-from ..measure.result import FAILURE_KINDS
+from ..results import FAILURE_KINDS
 from ..measure.settings import MeasureSettings, usable_cores
 from .options import DB_URL_HELP_WORK_DIR, DEFAULT_WORK_DIR, add_selection
 
@@ -33,9 +33,12 @@ def add_tune_options(p: argparse.ArgumentParser) -> None:
                         "for another machine to measure; rerun to record it)")
     p.add_argument("--strategy", default="evolutionary",
                    help="evolutionary (guided by the learned cost model) or random")
-    p.add_argument("--model", metavar="PATH", help="cost model to warm-start from")
+    p.add_argument("--cost-model", metavar="PATH",
+                   help="cost model to warm-start from (`autosched cost-model train` makes one)")
+    # the option's old name, kept for users' scripts: hidden, and warned about when used
+    p.add_argument("--model", dest="old_model_option", metavar="PATH", help=argparse.SUPPRESS)
     p.add_argument("--no-transfer", action="store_true",
-                   help="without --model, do not warm-start the cost model from the "
+                   help="without --cost-model, do not warm-start the cost model from the "
                         "database's records of other shapes of the same workloads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=16)
@@ -87,9 +90,21 @@ def tune_config(args: argparse.Namespace, time_budget_s: float | None = None):
     return TuneConfig(target=args.target, trials=args.trials, db_url=args.db,
                       runner=args.runner, strategy=args.strategy, seed=args.seed,
                       batch_size=args.batch_size, dry_run=args.dry_run,
-                      work_dir=args.work_dir, model_path=args.model,
+                      work_dir=args.work_dir, model_path=_cost_model_path(args),
                       transfer=not args.no_transfer, measure=settings,
                       retry_failures=tuple(args.retry_failures), time_budget_s=time_budget_s)
+
+
+def _cost_model_path(args: argparse.Namespace) -> str | None:
+    """--cost-model, or its old spelling --model with one warning line on stderr ("model"
+    names a PyTorch model everywhere else in the command line)."""
+    if args.old_model_option is None:
+        return args.cost_model
+    if args.cost_model is not None:
+        raise UserError("--model is the old name of --cost-model; give only --cost-model")
+    print("autosched: warning: --model is now --cost-model; the old name will go",
+          file=sys.stderr)
+    return args.old_model_option
 
 
 def run(args: argparse.Namespace) -> int:

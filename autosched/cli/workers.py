@@ -22,7 +22,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def farm_state(info: dict, key: str | None = None) -> dict:
     """{"keys": [{"key", "servers", "free", "pending"}], "servers": [{"address", "key"}]}
     from a tracker summary; keys without servers or waiting requests are left out."""
-    from ..measure.rpc_tracker import servers_by_key
+    from ..measure.rpc.tracker import servers_by_key
 
     by_key = servers_by_key(info)
     queues = info.get("queue_info", {})
@@ -39,7 +39,7 @@ def farm_state(info: dict, key: str | None = None) -> dict:
 
 
 def _tracker_address(text: str | None) -> tuple[str, int]:
-    from ..measure.rpc_tracker import ENV_HOST, ENV_PORT, parse_tracker
+    from ..measure.rpc.tracker import ENV_HOST, ENV_PORT, parse_tracker
 
     if not text:
         host, port = os.environ.get(ENV_HOST), os.environ.get(ENV_PORT)
@@ -52,7 +52,7 @@ def _tracker_address(text: str | None) -> tuple[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     """Print the tracker's servers and queues (or JSON); UserError when it has none."""
-    from ..measure.rpc_tracker import TrackerError, summary
+    from ..measure.rpc.tracker import TrackerError, summary
     from ..tables import format_table
 
     host, port = _tracker_address(args.tracker)

@@ -193,10 +193,9 @@ def register_tiles(plan: KernelPlan, params: CpuParams) -> list[tuple[int, int]]
                 out.append((mr, nr))
     # Each step loads MR broadcasts and NR / lanes panel vectors for MR * NR / lanes
     # FMAs: tiles holding at least 3/8 of the registers in accumulators keep the loads
-    # per FMA low enough for the FMA units to set the pace. Not half: a grouped
-    # convolution with 28-wide rows (C = F = 128, groups 4, AVX-512) then had only
-    # 14 x 32 (28 accumulators; its three unrolled taps spilled 32 per 84 FMAs, 0.40 ms)
-    # and lost 14 x 16 (14 accumulators, no spills, 0.29 ms; torch 0.35).
+    # per FMA low enough for the FMA units to set the pace. Not half: on narrow rows
+    # (a grouped convolution's 28-wide rows) half leaves only the widest tile, whose
+    # unrolled taps spill, and drops the narrower one that does not.
     enough = min(regs * 3 // 8, max((m * n // lanes for m, n in out), default=0))
     return [(m, n) for m, n in out if m * n // lanes >= enough]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ("tune", "export", "tune-model", "export-model", "report", "db", "model", "plan",
-            "workers")
+COMMANDS = ("tune", "export", "tune-model", "export-model", "report", "db", "cost-model",
+            "plan", "workers")
 HEAVY = ("torch", "xgboost", "tvm", "tvm_ffi")
 
 # Calls the console script's target for each --help, then names the heavy modules loaded.
@@ -61,7 +61,7 @@ def test_python_m_autosched_reports_bad_input_with_exit_2():
 
 
 def test_help_imports_no_heavy_module():
-    argvs = [[], *([c] for c in COMMANDS), ["db", "stats"], ["model", "train"]]
+    argvs = [[], *([c] for c in COMMANDS), ["db", "stats"], ["cost-model", "train"]]
     proc = _python("-c", HELP_PROBE, _console_script(), json.dumps(argvs), json.dumps(HEAVY))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

@@ -8,7 +8,7 @@ import pytest
 
 from autosched import cli
 from autosched.db import make_record, open_database
-from autosched.measure import MeasureResult
+from autosched.results import MeasureResult
 from autosched.training_data import train_model
 from autosched.versions import current_versions
 from autosched.workload import load_op_file, make_task
@@ -109,23 +109,23 @@ def test_cli_reports_unusable_input_with_one_line(tmp_path, tuning_db, capsys):
                          "def relu(N=8):\n    A = te.placeholder((N,), name='A')\n"
                          "    return A, te.compute((N,), lambda i: A[i], name='B')\n")
     out = str(tmp_path / "m.json")
-    assert cli.main(["model", "train", "--db", url, "--op-file", str(other_ops),
+    assert cli.main(["cost-model", "train", "--db", url, "--op-file", str(other_ops),
                      "-o", out]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("autosched: error:") and "no usable llvm records" in err
     assert len(err.splitlines()) == 1
     # with the real CPU rules the tiling candidates do not replay: no signal, exit 2
-    assert cli.main(["model", "train", "--db", url, "--op-file", EXAMPLE_MATMUL,
+    assert cli.main(["cost-model", "train", "--db", url, "--op-file", EXAMPLE_MATMUL,
                      "-o", out]) == 2
     assert "no ranking signal" in capsys.readouterr().err
-    assert cli.main(["model", "train", "--db", url, "--op-file", "missing.py",
+    assert cli.main(["cost-model", "train", "--db", url, "--op-file", "missing.py",
                      "-o", out]) == 2
     assert "not found" in capsys.readouterr().err
     assert not (tmp_path / "m.json").exists()
 
 
 def test_cli_trains_on_records_of_the_cpu_space(tmp_path, target, capsys):
-    """`autosched model train` on records of our real CPU space (latencies made up:
+    """`autosched cost-model train` on records of our real CPU space (latencies made up:
     training needs no kernel, only candidates that replay)."""
     from search_space import generate_space
 
@@ -140,7 +140,7 @@ def test_cli_trains_on_records_of_the_cpu_space(tmp_path, target, capsys):
         db.add_records([make_record(task, target, c, MeasureResult(latencies=(1e-3 * (i + 1),)),
                                     versions) for i, c in enumerate(cands.values())])
     out = str(tmp_path / "cpu.json")
-    code = cli.main(["model", "train", "--db", url, "--op-file", EXAMPLE_MATMUL, "-o", out,
+    code = cli.main(["cost-model", "train", "--db", url, "--op-file", EXAMPLE_MATMUL, "-o", out,
                      "--rounds", "5"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
