@@ -27,9 +27,7 @@ def main() -> int:
     import torch
     from search_space import SPACE_VERSION, Candidate, generate_space
 
-    from autosched.db import open_database
-    from autosched.target import resolve_target
-    from autosched.versions import current_versions
+    from autosched import current_versions, open_database, resolve_target
 
     op = next(o for o in OPS if o.name == a.op)
     task, target = op.task(), resolve_target("llvm")

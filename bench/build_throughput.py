@@ -78,10 +78,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     stamp = provenance.stamp(seed=args.seed)
     print(provenance.header(stamp), flush=True)
-    from autosched.measure import MeasureSettings
-    from autosched.measure.builder import LocalBuilder
-    from autosched.target import resolve_target
-    from autosched.workload import load_tasks
+    from autosched import load_tasks, resolve_target
+    from autosched.measure import LocalBuilder, MeasureSettings
 
     op = next(o for o in OPS if o.name == args.op)
     task = load_tasks(str(EXAMPLES / op.op_file), [op.workload],

@@ -142,8 +142,8 @@ def main():
     ap.add_argument("--out", help="write the result as JSON here")
     opts = ap.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(opts.threads)  # read when TVM's pool starts
-    from autosched.target import resolve_target
-    from search_space.cpu.lanes import vector_lanes
+    from autosched import resolve_target
+    from search_space import vector_lanes
 
     target = resolve_target("llvm")
     lanes = vector_lanes(target)

@@ -43,8 +43,7 @@ def candidates(task, n):
 
 
 def isolated(task, target, mods, work_dir):
-    from autosched.measure import MeasureInput, MeasureSettings
-    from autosched.measure.factory import make_measurer
+    from autosched.measure import MeasureInput, MeasureSettings, make_measurer
 
     settings = MeasureSettings(number=NUMBER, repeat=REPEAT, min_repeat_ms=MIN_REPEAT_MS,
                                build_workers=2)
@@ -82,8 +81,7 @@ def main():
     args = ap.parse_args()
     # the inputs are drawn from numpy's global generator, unseeded
     print(provenance.header(provenance.stamp(seed=None)), flush=True)
-    from autosched.target import resolve_target
-    from autosched.workload import load_tasks
+    from autosched import load_tasks, resolve_target
 
     here = os.path.dirname(os.path.abspath(__file__))
     s = args.size

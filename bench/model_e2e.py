@@ -52,7 +52,7 @@ def tune_and_export(path: Path, work: Path, trials: int, db: str) -> dict:
 
 
 def _step(model, inputs, loss_fn, train: bool):
-    from autosched.runtime.training_step import compute_loss
+    from autosched.model import compute_loss
 
     if train:
         model.zero_grad(set_to_none=True)
@@ -64,13 +64,13 @@ def _step(model, inputs, loss_fn, train: bool):
 
 
 def variants(spec, library: Path, train: bool) -> dict:
-    import autosched.torch
+    import autosched.model
 
     base = spec.model.train(train)
     out = {"eager": (base, None)}
     out["inductor"] = (torch.compile(copy.deepcopy(base), backend="inductor", dynamic=False),
                        None)
-    backend = autosched.torch.backend(library)
+    backend = autosched.model.backend(library)
     out["autosched"] = (torch.compile(copy.deepcopy(base), backend=backend, dynamic=False),
                         backend)
     return out
@@ -116,7 +116,7 @@ def tvm_inference(spec, trials: int, work: Path, rounds: int, calls: int) -> dic
         from tvm import relax
         from tvm.relax.frontend.torch import from_exported_program
 
-        from autosched.target import resolve_target
+        from autosched import resolve_target
 
         model = spec.model.eval()
         with torch.no_grad():
@@ -155,8 +155,7 @@ def main() -> int:
     args = p.parse_args()
     stamp = provenance.stamp(seed=args.seed)
     print(provenance.header(stamp))
-    from autosched.model.choice import read_choices
-    from autosched.runtime.modelfile import load_model_file
+    from autosched.model import load_model_file, read_choices
 
     rows = {}
     with tempfile.TemporaryDirectory(prefix="model_e2e-") as tmp:

@@ -6,7 +6,7 @@
 `write_model` writes a model file that runs examples/<name>.py at a bench-sized config
 (make_model(**model_config), make_inputs(**input_config)); `tune_and_export` runs
 `autosched tune-model` and `autosched export-model` on it: the exported folder holds the
-kernels that beat torch's baseline and `model_ops.json`, for autosched.torch.backend(DIR).
+kernels that beat torch's baseline and `model_ops.json`, for autosched.model.backend(DIR).
 """
 from __future__ import annotations
 

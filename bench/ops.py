@@ -16,7 +16,7 @@ class BenchOp:
     positive: tuple[str, ...] = ()  # inputs drawn positive (a variance)
 
     def task(self):
-        from autosched.workload import load_tasks
+        from autosched import load_tasks
 
         return load_tasks(str(EXAMPLES / self.op_file), [self.workload], list(self.args))[0]
 
@@ -64,9 +64,7 @@ def database_groups(db_url: str, report=None) -> list:
     records in `db_url` (see autosched.training_data.groups_from_database)."""
     from search_space import SPACE_VERSION
 
-    from autosched.db import open_database
-    from autosched.training_data import groups_from_database
-    from autosched.versions import current_versions
+    from autosched import current_versions, groups_from_database, open_database
 
     db = open_database(db_url, create=False)
     try:

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from autosched.threads import machine_cores, size_kernel_pool
+from autosched import machine_cores, size_kernel_pool
 
 # TVM kernels timed here (and MetaSchedule's, in runners that inherit this environment)
 # run on every core, as torch does and as autosched's run workers do.

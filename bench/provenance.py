@@ -69,16 +69,16 @@ def versions() -> dict:
                  or _distribution_version("xgboost"),
                  "numpy": _distribution_version("numpy"), "python": sys.version.split()[0]}
     try:
-        from cost_model.features import FEATURE_VERSION
+        from cost_model import FEATURE_VERSION
         from search_space import SPACE_VERSION
 
-        from autosched.versions import library_versions
+        from autosched import library_versions
 
         product = library_versions(SPACE_VERSION)
     except ImportError:
-        from autosched.versions import AUTOSCHED_VERSION
+        from autosched import __version__
 
-        return {"autosched": AUTOSCHED_VERSION, "tvm": _distribution_version("apache-tvm"),
+        return {"autosched": __version__, "tvm": _distribution_version("apache-tvm"),
                 "tvm_ffi": _distribution_version("apache-tvm-ffi"), "space": None,
                 "features": None, "compiler": False, **libraries}
     return {**product, "features": FEATURE_VERSION, **libraries}
@@ -89,7 +89,7 @@ def machine() -> dict:
     cores this process may use, LLVM's name for the CPU: null without the TVM compiler),
     and its load when the run began (on a shared machine, a high load makes timings
     slower and noisier)."""
-    from autosched.target import cpu_fingerprint, resolve_target
+    from autosched import cpu_fingerprint, resolve_target
 
     try:
         load = os.getloadavg()[0]

@@ -28,17 +28,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 import provenance  # noqa: E402
 from support.rpcfarm import Farm  # noqa: E402
 
-from autosched.measure import MeasureInput, MeasureSettings  # noqa: E402
-from autosched.measure.builder import LocalBuilder  # noqa: E402
-from autosched.measure.local_runner import LocalRunner  # noqa: E402
-from autosched.measure.rpc_runner import RPCRunner  # noqa: E402
-from autosched.measure.rpc_tracker import parse_rpc_address  # noqa: E402
+from autosched.measure import (LocalBuilder, LocalRunner, MeasureInput,  # noqa: E402
+                               MeasureSettings, RPCRunner, parse_rpc_address)
 
 
 def _inputs(args, target):
     from search_space import InvalidCandidate, generate_space
 
-    from autosched.workload import load_tasks
+    from autosched import load_tasks
 
     task = load_tasks(str(ROOT / "examples" / "matmul.py"), arg_items=args.arg)[0]
     space, rng, out = generate_space(task, target), random.Random(args.seed), []
@@ -67,7 +64,7 @@ def main() -> None:
     args = p.parse_args()
     args.arg = args.arg or ["M=128", "N=128", "K=128"]
     print(provenance.header(provenance.stamp(seed=args.seed)), flush=True)
-    from autosched.target import resolve_target
+    from autosched import resolve_target
 
     target = resolve_target("llvm")
     settings = MeasureSettings(number=5, repeat=5, min_repeat_ms=20, run_timeout=30)

@@ -117,8 +117,7 @@ def evaluate(task, target, samples: int, seed: int, sketch: str | None, log=None
 
 def main():
     import autosched
-    from autosched.target import resolve_target
-    from autosched.workload import load_op_file
+    from autosched import load_op_file, resolve_target
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=64)

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import provenance  # noqa: E402
 from peers import SETTLE_S  # noqa: E402
-from autosched.runtime.timing import interleaved  # noqa: E402
+from autosched.runtime import interleaved  # noqa: E402
 
 OPS = {"matmul": "examples/matmul.py", "batch_matmul": "examples/batch_matmul.py",
        "conv2d": "examples/conv2d.py", "depthwise_conv2d": "examples/conv2d.py",
@@ -121,7 +121,7 @@ def main():
     import torch
 
     import autosched
-    from autosched.target import resolve_target
+    from autosched import resolve_target
     from search_space import Candidate, generate_space
 
     torch.set_num_threads(opts.threads)

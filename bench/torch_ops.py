@@ -48,12 +48,12 @@ def _reference(entry):
 
 
 def bench_kernel(lib, entry, number: int, repeat: int) -> dict:
-    from autosched.torch.dispatch import torch_dtype
-    from autosched.torch.ops import bound_kernels
+    from autosched.torch import bound_kernels
 
     g = torch.Generator().manual_seed(0)
-    inputs = [torch.randn(s.shape, generator=g, dtype=torch_dtype(s.dtype)) for s in entry.inputs]
-    outputs = [torch.empty(s.shape, dtype=torch_dtype(s.dtype)) for s in entry.outputs]
+    inputs = [torch.randn(s.shape, generator=g, dtype=getattr(torch, s.dtype))
+              for s in entry.inputs]
+    outputs = [torch.empty(s.shape, dtype=getattr(torch, s.dtype)) for s in entry.outputs]
     op = lib[entry.workload]
     kernels = bound_kernels(entry.workload)
     raw = kernels.variants[kernels.match(inputs)].function

@@ -52,9 +52,7 @@ SIMILAR_SHAPES = {
 
 def train_model(db_url: str, held_key: str, path: str) -> dict:
     """Train on every usable llvm record except the held-out task's; returns the report."""
-    from cost_model.features import FeatureConfig
-    from cost_model.transfer import TransferReport, train_from_records
-    from cost_model.xgb_ranker import XGBRanker
+    from cost_model import FeatureConfig, TransferReport, XGBRanker, train_from_records
 
     report = TransferReport()
     groups = [g for g in database_groups(db_url, report) if g[0].key != held_key]
@@ -71,8 +69,7 @@ def tune_curve(task, trials: int, seed: int, work_dir: str, model_path: str | No
                transfer: bool = False):
     """Best-so-far latency per trial of one tuning run on `work_dir`/tune.db (empty
     unless the caller put a database there)."""
-    from autosched.config import TuneConfig
-    from autosched.tuner import tune_tasks
+    from autosched import TuneConfig, tune_tasks
 
     url = f"sqlite:///{work_dir}/tune.db"
     start = time.perf_counter()
@@ -88,9 +85,7 @@ def tune_curve(task, trials: int, seed: int, work_dir: str, model_path: str | No
 def shapes_database(op, trials: int, seed: int, path: str) -> list:
     """Tune every shape of SIMILAR_SHAPES[op] cold for `trials` into `path` (only those
     with fewer records); returns their tasks."""
-    from autosched.config import TuneConfig
-    from autosched.tuner import tune_tasks
-    from autosched.workload import load_tasks
+    from autosched import TuneConfig, load_tasks, tune_tasks
 
     from ops import EXAMPLES
 

@@ -36,7 +36,7 @@ import provenance  # noqa: E402
 from ops import SETS, best_so_far, recorded, torch_fn  # noqa: E402
 from peers import (metaschedule, random_args, time_tvm, torch_timer,  # noqa: E402
                    tvm_timer)
-from autosched.runtime.timing import interleaved  # noqa: E402
+from autosched.runtime import interleaved  # noqa: E402
 
 
 def tune_autosched(task, trials: int, strategy: str, seed: int, url: str, checkpoints):
@@ -44,8 +44,7 @@ def tune_autosched(task, trials: int, strategy: str, seed: int, url: str, checkp
     wall seconds, best-latency curve per trial)."""
     from search_space import Candidate, generate_space
 
-    from autosched.config import TuneConfig
-    from autosched.tuner import tune_tasks
+    from autosched import TuneConfig, tune_tasks
 
     before = len(recorded(url, task.key))
     config = TuneConfig(target="llvm", trials=trials, db_url=url, strategy=strategy,
@@ -124,7 +123,7 @@ def hot_loop_report(mod, target_spec) -> dict | None:
     FMAs, instructions and stack loads / stores (register spills); None without FMAs."""
     from dataclasses import asdict
 
-    from autosched.measure.asm import hot_loop, kernel_asm
+    from autosched.measure import hot_loop, kernel_asm
 
     loop = hot_loop(kernel_asm(mod, target_spec))
     return None if loop is None else {**asdict(loop), "spills": loop.spills}
@@ -133,7 +132,7 @@ def hot_loop_report(mod, target_spec) -> dict | None:
 def rates(rows, peak: dict) -> str:
     """Each autosched kernel's GFLOP/s and bytes per second (its arguments read and
     written once) against the machine's measured limits (a machine_peak.py file)."""
-    from autosched.tables import format_table
+    from autosched import format_table
 
     fma, bw = peak["fma_peak_gflops"], peak["bandwidth_gb_per_s"]
     body = []
@@ -146,7 +145,7 @@ def rates(rows, peak: dict) -> str:
 
 
 def print_table(rows) -> str:
-    from autosched.tables import format_table
+    from autosched import format_table
 
     def fmt(x, scale=1.0, digits=2):
         return "-" if x is None else f"{x * scale:.{digits}f}"
@@ -219,7 +218,7 @@ def main() -> int:
                    help="torch as the only peer (files named vs_torch_*)")
     a = p.parse_args()
     stamp = provenance.stamp(seed=a.seed)
-    from autosched.target import resolve_target
+    from autosched import resolve_target
 
     target = resolve_target("llvm")
     os.makedirs(a.out, exist_ok=True)

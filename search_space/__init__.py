@@ -1,7 +1,7 @@
 """Our own search space: sketch rules per target; a sketch + decisions -> a schedule.
 
 Public surface: `generate_space(task, target)`, `SearchSpace`, `Candidate`, `Decider`,
-`InvalidCandidate`, `SPACE_VERSION`.
+`InvalidCandidate`, `SPACE_VERSION`, `vector_lanes` (a CPU target's SIMD lanes).
 
 Layout: the target-independent pieces sit here (`space.py`: the space and the table
 from target kind to rule set; `sketch.py`: the Sketch and RuleSet interfaces;
@@ -14,7 +14,8 @@ package imports nothing from `autosched`.
 """
 from .candidate import Candidate
 from .decisions import Decider, InvalidCandidate
+from .cpu.lanes import vector_lanes
 from .space import SPACE_VERSION, SearchSpace, generate_space
 
 __all__ = ["Candidate", "Decider", "InvalidCandidate", "SearchSpace", "generate_space",
-           "SPACE_VERSION"]
+           "SPACE_VERSION", "vector_lanes"]

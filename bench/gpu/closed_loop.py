@@ -39,28 +39,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(HERE.parent)]        # gpu_cases, stage; then provenance
 
+from bounded import run_bounded  # noqa: E402
+
 STAGED = "AUTOSCHED_STAGED"
 RUN_DIR = HERE / "run"                               # ignored: the run's database, logs
-
-
-def run_bounded(cmd: list[str], timeout: float, log: Path) -> dict:
-    """`cmd` for at most `timeout` seconds, output to `log` as it comes; exit code (None
-    when stopped at the limit), seconds and the output's tail."""
-    import subprocess
-
-    start = time.monotonic()
-    with open(log, "w") as sink:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
-        try:
-            proc.wait(timeout=max(1.0, timeout))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-    text = log.read_text(errors="replace")
-    return {"command": " ".join(cmd[1:]), "rc": proc.returncode if proc.returncode >= 0
-            else None, "seconds": round(time.monotonic() - start, 1),
-            "output_tail": text[-2500:], "killed_at_limit": proc.returncode < 0}
 
 
 class Run:
@@ -98,23 +80,6 @@ def export_records(db_url: str, out: Path) -> dict:
                        "-o", str(path)], 120, RUN_DIR / "export.log")
     res["records"] = sum(1 for _ in open(path)) if path.exists() else 0
     return res
-
-
-def rehearsal_cases():
-    """Small CPU cases with the same steps as the GPU ones (fp32: CPU torch peers)."""
-    from gpu_cases import CONTRACTION, MATMUL, MEMORY, SOFTMAX, GpuCase, Spec
-
-    n = 128
-    return (
-        GpuCase("rehearse_matmul_fp32_128", MATMUL, "matmul",
-                {"M": n, "N": n, "K": n, "dtype": "float32"},
-                (Spec("A", (n, n), "float32"), Spec("B", (n, n), "float32")),
-                (Spec("C", (n, n), "float32"),), CONTRACTION, 2.0 * n ** 3, "mm",
-                "torch.mm, fp32", 8, 30.0, True, 40.0),
-        GpuCase("rehearse_softmax_256", SOFTMAX, "softmax", {"M": 256, "N": 256},
-                (Spec("x", (256, 256), "float32"),), (Spec("softmax", (256, 256), "float32"),),
-                MEMORY, 0.0, "softmax", "torch.softmax, fp32", 6, 30.0),
-    )
 
 
 def main(argv=None) -> int:
@@ -165,7 +130,7 @@ def chosen_cases(args) -> tuple[list, list]:
 
     import gpu_cases
 
-    every = rehearsal_cases() if args.rehearse else gpu_cases.CASES
+    every = gpu_cases.rehearsal_cases() if args.rehearse else gpu_cases.CASES
     names = [c.name for c in every]
     wanted = args.cases.split(",") if args.cases else names
     if unknown := sorted(set(wanted) - set(names)):
@@ -278,32 +243,10 @@ def peer_step(case, tuned: dict, rehearse: bool) -> dict:
     row that puts it beside our best."""
     import fair_peers
 
-    peer = cpu_peer(case) if rehearse else gpu_step(fair_peers.measure_peer, case)
+    peer = fair_peers.cpu_peer(case) if rehearse else gpu_step(fair_peers.measure_peer, case)
     row = fair_peers.build_row(case, tuned.get("best_s"), peer,
                                notes=[tuned["cut"]] if tuned.get("cut") else ())
     return {"peer": peer, "row": row}
-
-
-def cpu_peer(case) -> dict:
-    """The rehearsal's peer: the same torch callable on the CPU, median wall time."""
-    import statistics
-
-    import torch
-
-    import fair_peers
-    from gpu_cases import resolve_peer
-
-    args = fair_peers.make_inputs(case, "cpu")
-    fn, note = resolve_peer(case, "cpu")
-    times = []
-    with torch.no_grad():
-        for i in range(13):
-            t0 = time.perf_counter()
-            fn(*args)
-            if i >= 3:
-                times.append(time.perf_counter() - t0)
-    return {"latency_s": statistics.median(times), "note": note, "agree": True,
-            "method": "CPU wall clock (rehearsal)"}
 
 
 def metaschedule_step(case, target: str, seconds: float, rehearse: bool) -> dict:

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -39,6 +38,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]        # cases, carry; then provena
 
 import carry  # noqa: E402
 import provenance  # noqa: E402
+from bounded import run_bounded  # noqa: E402
 from cases import CASES, TORCH_PEERS  # noqa: E402
 
 
@@ -61,36 +61,14 @@ def best_of(results: dict) -> tuple[str | None, float | None]:
     return cid, ok[cid]
 
 
-def run_bounded(cmd: list[str], env: dict, timeout: float, log: Path | None = None) -> dict:
-    """Run `cmd` for at most `timeout` seconds; its exit code (None when stopped at the
-    limit: what it wrote so far stays), seconds and output tails. With `log`, the output
-    goes there as it comes (a run stopped at the limit still shows how far it got)."""
-    start = time.monotonic()
-    sink = open(log, "w") if log else subprocess.PIPE
-    try:
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            out, _ = proc.communicate()
-    finally:
-        if log:
-            sink.close()
-    text = log.read_text() if log else out
-    return {"command": " ".join(cmd[1:]), "rc": proc.returncode if proc.returncode >= 0
-            else None, "seconds": time.monotonic() - start, "output_tail": text[-3000:]}
-
-
 def measure_bundle(bundle: Path, env: dict, timeout: float) -> dict:
-    return run_bounded([sys.executable, "-m", "autosched.measure.bundle", str(bundle)], env,
-                       timeout)
+    return run_bounded([sys.executable, "-m", "autosched.measure.bundle", str(bundle)], timeout,
+                       env=env)
 
 
 def case_inputs(bundle: Path) -> list:
     """The inputs the bundle's candidates were judged on (its task's reference data)."""
-    from autosched.measure.reference import load_reference
+    from autosched.measure import load_reference
 
     manifest = json.loads((bundle / "manifest.json").read_text())
     (task,) = manifest["tasks"].values()
@@ -168,7 +146,7 @@ def check_bench(script: str, args: list[str], out_dir: Path, env: dict,
     path = out_dir / f"{name}_cuda.json"
     cmd = [sys.executable, f"bench/{script}", "--device", "cuda", "--clock", "wall", *args,
            "--json", str(path)]
-    row = run_bounded(cmd, env, timeout, log=out_dir / f"{name}_cuda.log")
+    row = run_bounded(cmd, timeout, log=out_dir / f"{name}_cuda.log", env=env)
     if path.exists():
         data = json.loads(path.read_text())
         row.update({k: data[k] for k in ("rows", "verdicts") if k in data})

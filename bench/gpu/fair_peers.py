@@ -4,7 +4,7 @@ beside ours and MetaSchedule's.
 Timing (`time_events`): CUDA events around each call on one private stream, the L2
 flushed before every timed call by writing a buffer twice the L2's size, warm-up calls
 first, the median of the repeats: how autosched's runner times our kernels
-(autosched/measure/cuda_timing.py). `time_do_bench` times the same callable on the same
+(autosched/measure/cuda/timing.py). `time_do_bench` times the same callable on the same
 tensors with `triton.testing.do_bench` (its own cache flush, median) as a cross-check:
 the two `agree` when within AGREE_TOL; otherwise the row says by how much and why the
 methods can differ.
@@ -210,6 +210,26 @@ def measure_peer(c: GpuCase, device="cuda", seed: int = 0, repeat: int = 30) -> 
     del args
     torch.cuda.empty_cache()
     return out
+
+
+def cpu_peer(case) -> dict:
+    """The rehearsal's peer: the same torch callable on the CPU, median wall time."""
+    import statistics
+    import time
+
+    import torch
+
+    args = make_inputs(case, "cpu")
+    fn, note = resolve_peer(case, "cpu")
+    times = []
+    with torch.no_grad():
+        for i in range(13):
+            t0 = time.perf_counter()
+            fn(*args)
+            if i >= 3:
+                times.append(time.perf_counter() - t0)
+    return {"latency_s": statistics.median(times), "note": note, "agree": True,
+            "method": "CPU wall clock (rehearsal)"}
 
 
 def device_peak(device="cuda", gemm_n: int = PEAK_GEMM_N, copy_bytes: int = COPY_BYTES,

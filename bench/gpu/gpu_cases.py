@@ -168,6 +168,21 @@ CASES: tuple[GpuCase, ...] = (
 PEERS_AND_PEAK_S = 30.0
 
 
+def rehearsal_cases():
+    """Small CPU cases with the same steps as the GPU ones (fp32: CPU torch peers)."""
+    n = 128
+    return (
+        GpuCase("rehearse_matmul_fp32_128", MATMUL, "matmul",
+                {"M": n, "N": n, "K": n, "dtype": "float32"},
+                (Spec("A", (n, n), "float32"), Spec("B", (n, n), "float32")),
+                (Spec("C", (n, n), "float32"),), CONTRACTION, 2.0 * n ** 3, "mm",
+                "torch.mm, fp32", 8, 30.0, True, 40.0),
+        GpuCase("rehearse_softmax_256", SOFTMAX, "softmax", {"M": 256, "N": 256},
+                (Spec("x", (256, 256), "float32"),), (Spec("softmax", (256, 256), "float32"),),
+                MEMORY, 0.0, "softmax", "torch.softmax, fp32", 6, 30.0),
+    )
+
+
 def metaschedule_note(c: GpuCase) -> str:
     """What a MetaSchedule result of the case can and cannot hold: SIMT only for the
     16-bit tensor-core workloads (fp16: its tensor-core candidates do not build here;

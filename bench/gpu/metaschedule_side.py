@@ -14,7 +14,7 @@ search; the latency reported is ours.
 The same code runs on llvm (here) and cuda (the device):
 
 - cuda needs device code at build time: MetaSchedule's build workers compile through
-  `autosched.measure.cuda_compile.build_cuda` (our nvcc / NVRTC callback, inside the
+  `autosched.measure.cuda.compiler.build_cuda` (our nvcc / NVRTC callback, inside the
   target's scope, for exactly the target's arch), given to its LocalBuilder as a build
   function; its run workers register TVM's CUDA runtime first (`ensure_cuda_runtime` as
   the pool initializer). The build function is a closure, which MetaSchedule's worker
@@ -43,7 +43,7 @@ INVALID_S = 1e9   # MetaSchedule records a failed candidate with run time 1e10 s
 def target_spec(target):
     """A TargetSpec from "llvm", "cuda", a JSON string, or a TargetSpec as given."""
     if isinstance(target, str):
-        from autosched.target import resolve_target
+        from autosched import resolve_target
 
         return resolve_target(target)
     return target
@@ -51,7 +51,7 @@ def target_spec(target):
 
 def load_task(op_file: str, workload: str, arg_items=()):
     """The task `autosched tune OP_FILE --workload W --arg ...` would tune."""
-    from autosched.workload import load_tasks
+    from autosched import load_tasks
 
     tasks = load_tasks(op_file, [workload], list(arg_items))
     if len(tasks) != 1:
@@ -70,7 +70,7 @@ def ms_target(spec):
     `max_threads_per_block` (= our `max_num_threads`) added, which MetaSchedule's CUDA
     rules (AutoBind, CrossThreadReduction) require and TVM's cuda target does not set.
     Our harness builds the chosen module with the task's own target."""
-    from autosched.target import tvm_target
+    from autosched import tvm_target
 
     config = dict(spec.config)
     if spec.kind == "cuda":
@@ -94,7 +94,7 @@ def build_fn(kind: str, target_config: dict):
             return tvm.tirx.build(mod, target)
         import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the mma / wmma intrinsics)
 
-        from autosched.measure.cuda_compile import build_cuda
+        from autosched.measure import build_cuda
 
         # the runtime module, as `tirx.build` returns: an Executable would cross
         # MetaSchedule's FFI boundary as a callable, a Function without export_library
@@ -114,7 +114,7 @@ def ms_builder_runner(spec, build_timeout: float = 600.0, run_timeout: float = 6
 
     init = None
     if spec.kind == "cuda":
-        from autosched.measure.cuda_compile import ensure_cuda_runtime
+        from autosched.measure import ensure_cuda_runtime
 
         init = ensure_cuda_runtime
     builder = LocalBuilder(max_workers=build_workers, timeout_sec=build_timeout,
@@ -173,8 +173,7 @@ def measure_module(task, spec, mod, work_dir: str, settings=None):
     """Our harness on one module outside a search: build, run, check against the task's
     reference; the MeasureResult. `work_dir` holds the reference (shared with a tuning
     run's work dir, it is not computed again)."""
-    from autosched.measure.factory import make_measurer
-    from autosched.measure.settings import MeasureInput, MeasureSettings
+    from autosched.measure import MeasureInput, MeasureSettings, make_measurer
 
     with make_measurer(settings or MeasureSettings(), "local", work_dir) as measurer:
         return measurer.measure([MeasureInput(task, spec, None, mod)])[0]

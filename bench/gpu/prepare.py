@@ -61,8 +61,8 @@ def poison_first_candidate(bundle: Path) -> str:
 
     from fault_ops import out_of_bounds
 
-    from autosched.measure.cuda_compile import build_cuda
-    from autosched.target import resolve_target
+    from autosched.measure import build_cuda
+    from autosched import resolve_target
     from search_space.cuda import GpuLimits, reference_schedule
 
     manifest = json.loads((bundle / "manifest.json").read_text())
@@ -77,9 +77,7 @@ def poison_first_candidate(bundle: Path) -> str:
 
 def build_torch_library(out: Path) -> None:
     """linear and its gradients, default schedules, for the torch-op check."""
-    from autosched.exporting import KernelChoice, write_library
-    from autosched.target import resolve_target
-    from autosched.workload import load_instances, make_task
+    from autosched import KernelChoice, load_instances, make_task, resolve_target, write_library
     from search_space import generate_space
 
     target = resolve_target(json.dumps(H200_TARGET))

@@ -13,7 +13,7 @@ TVM's compiler library alone is about 250 MiB, so:
 
 (`stage.py env` prints the environment as `export` lines instead.)
 
-`stage1/` holds the compiler library compressed (xz with the x86 branch filter) in
+`stage1/` holds the compiler library compressed (stage_pieces.py: xz, x86 branch filter) in
 independent pieces of `PIECE_BYTES`, as many as fit transfer 1 beside the tree; any
 pieces that do not fit travel in `stage2/`, with the tvm Python package minus its
 compiler library and minus what the tuner never loads (`TVM_DROP`), and the cp312 wheels
@@ -26,16 +26,12 @@ code is in stage_site.py); the lead's device script imports `STAGE_DIRS` and
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import json
-import lzma
-import os
 import shlex
 import subprocess
 import sys
 import tarfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -45,9 +41,9 @@ sys.path.insert(0, str(HERE))
 from stage_site import (COMPILER, MANIFEST, ROOT, SITE, STAGE1, STAGE2,  # noqa: E402,F401
                         STAGE_DIRS, MiB, StageError, compiler_path, staged_env,
                         unpack_compiler)
+from stage_pieces import (LIMIT_BYTES, PIECE_BYTES, compiler_pieces,  # noqa: E402
+                          piece_file, place_pieces, split_pieces)
 
-LIMIT_BYTES = 60 * MiB          # per transfer, the repository tree included (hard limit 64)
-PIECE_BYTES = 32 * MiB          # compiler bytes per independently compressed piece
 # what `import tvm` + `autosched tune` never load: headers of CUTLASS (BYOC only), the
 # web runtime's JavaScript (bytecode caches are dropped too)
 TVM_DROP = ("3rdparty", "web", f"lib/{COMPILER}")
@@ -125,54 +121,6 @@ def tree_bytes(root: Path = ROOT) -> int:
     return sum(f.stat().st_size for f in files if f.is_file() and not f.is_symlink())
 
 
-def split_pieces(sizes: list[int], tree: int, limit: int = LIMIT_BYTES,
-                 reserve: int = 8 * 1024) -> int:
-    """How many leading compiler pieces (compressed sizes, in order) transfer 1 carries:
-    as many as fit beside the tree and `reserve` bytes for its manifest."""
-    used, count = tree + reserve, 0
-    for size in sizes:
-        if used + size > limit:
-            break
-        used, count = used + size, count + 1
-    return count
-
-
-# ---- the compiler library in pieces ----------------------------------------------------
-
-def _filters(piece_bytes: int) -> list[dict]:
-    return [{"id": lzma.FILTER_X86},
-            {"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME,
-             "dict_size": max(piece_bytes, 4096)}]
-
-
-def compress_pieces(src: Path, out: Path, piece_bytes: int = PIECE_BYTES) -> dict:
-    """`src` as independent xz pieces `<name>.NNN.xz` in `out` (in parallel); returns the
-    compiler section of the manifest: size, sha256 and each piece's offset and length."""
-    data = src.read_bytes()
-    out.mkdir(parents=True, exist_ok=True)
-    offsets = list(range(0, len(data), piece_bytes)) or [0]
-
-    def one(index: int) -> dict:
-        start = offsets[index]
-        chunk = data[start:start + piece_bytes]
-        name = f"{src.name}.{index:03d}.xz"
-        (out / name).write_bytes(lzma.compress(chunk, format=lzma.FORMAT_XZ,
-                                               filters=_filters(piece_bytes)))
-        return {"file": name, "offset": start, "length": len(chunk)}
-
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        pieces = list(pool.map(one, range(len(offsets))))
-    return {"name": src.name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-            "source": source_stamp(src), "pieces": pieces}
-
-
-def source_stamp(src: Path) -> list:
-    st = src.stat()
-    return [str(src), st.st_size, st.st_mtime_ns]
-
-
-# ---- pack (here) -----------------------------------------------------------------------
-
 def pack_tvm(tvm_dir: Path, out: Path) -> Path:
     """The tvm package minus `TVM_DROP`, with its release's METADATA, as `tvm.tar.xz`."""
     infos = sorted(tvm_dir.parent.glob("apache_tvm-*.dist-info"))
@@ -237,10 +185,10 @@ def pack(root: Path = ROOT, tvm_dir: Path | None = None, *, limit: int = LIMIT_B
         if subprocess.run(["git", "check-ignore", "-q", folder + "/"], cwd=root).returncode:
             raise StageError(f"{folder}/ is not ignored by git (it would travel in every "
                              f"call): add /{folder}/ to .gitignore")
-    section = _compiler_pieces(tvm_dir / "lib" / COMPILER, s1, s2, piece_bytes)
+    section = compiler_pieces(tvm_dir / "lib" / COMPILER, s1, s2, piece_bytes)
     tree = tree_bytes(root)
     pieces = [p["file"] for p in section["pieces"]]
-    sizes = [_piece_file(p, s1, s2).stat().st_size for p in pieces]
+    sizes = [piece_file(p, s1, s2).stat().st_size for p in pieces]
     first = split_pieces(sizes, tree, limit)
     if first == 0:
         raise StageError(f"transfer 1 cannot carry even one compiler piece beside the "
@@ -266,39 +214,6 @@ def pack(root: Path = ROOT, tvm_dir: Path | None = None, *, limit: int = LIMIT_B
     if not ok:
         raise StageError("; ".join(lines))
     return lines
-
-
-def place_pieces(section: dict, s1: Path, s2: Path, first: int) -> None:
-    """The first `first` pieces into stage1 (with its manifest), the rest into stage2;
-    pieces of an older pack are removed."""
-    pieces = [p["file"] for p in section["pieces"]]
-    s1.mkdir(parents=True, exist_ok=True)
-    s2.mkdir(parents=True, exist_ok=True)
-    for i, name in enumerate(pieces):
-        dest, other = (s1, s2) if i < first else (s2, s1)
-        _piece_file(name, s1, s2).rename(dest / name)
-        (other / name).unlink(missing_ok=True)      # an older pack's copy on the other side
-    for stale in list(s1.glob(f"{COMPILER}.*.xz")) + list(s2.glob(f"{COMPILER}.*.xz")):
-        if stale.name not in pieces:
-            stale.unlink()
-    (s1 / MANIFEST).write_text(json.dumps({"compiler": section}, indent=1))
-
-
-def _piece_file(name: str, s1: Path, s2: Path) -> Path:
-    return s1 / name if (s1 / name).is_file() else s2 / name
-
-
-def _compiler_pieces(src: Path, s1: Path, s2: Path, piece_bytes: int) -> dict:
-    """The compressed pieces, made again only when the library changed since the last
-    pack (its path, size and mtime are recorded in stage1's manifest)."""
-    old = s1 / MANIFEST
-    if old.is_file():
-        section = json.loads(old.read_text())["compiler"]
-        if section.get("source") == source_stamp(src) and all(
-                p["length"] <= piece_bytes for p in section["pieces"]) and all(
-                _piece_file(p["file"], s1, s2).is_file() for p in section["pieces"]):
-            return section
-    return compress_pieces(src, s1, piece_bytes)
 
 
 def main(argv: list[str] | None = None) -> int:

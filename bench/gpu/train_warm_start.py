@@ -32,8 +32,7 @@ sys.path.insert(1, str(ROOT / "bench"))
 
 import provenance  # noqa: E402
 
-from autosched.errors import UserError  # noqa: E402
-from autosched.shipped_models import PACKAGE_DIR, model_name, train_shipped  # noqa: E402
+from autosched import PACKAGE_DIR, UserError, model_name, train_shipped  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gpu"))
 
 import device_check  # noqa: E402
+from bounded import run_bounded  # noqa: E402
 from cases import CASES  # noqa: E402
 
 
@@ -27,11 +28,11 @@ def test_a_step_stopped_at_its_limit_keeps_what_it_printed(tmp_path):
     log = tmp_path / "step.log"
     cmd = [sys.executable, "-c",
            "import time; print('first model done', flush=True); time.sleep(60)"]
-    row = device_check.run_bounded(cmd, None, timeout=3, log=log)
+    row = run_bounded(cmd, timeout=3, log=log)
     assert row["rc"] is None and row["seconds"] < 30
     assert "first model done" in log.read_text() and "first model done" in row["output_tail"]
-    done = device_check.run_bounded([sys.executable, "-c", "raise SystemExit(4)"], None, 30)
-    assert done["rc"] == 4
+    done = run_bounded([sys.executable, "-c", "raise SystemExit(4)"], 30)
+    assert done["rc"] == 4 and not done["killed_at_limit"] and row["killed_at_limit"]
 
 
 def test_every_step_rewrites_the_stamped_report_and_a_failing_step_costs_only_itself(

@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "gpu"))
 
 import stage  # noqa: E402
+import stage_pieces  # noqa: E402
 
 MiB = 2 ** 20
 
@@ -36,10 +37,10 @@ def test_a_transfer_fits_only_with_the_tree_counted():
 
 def test_transfer_one_takes_the_leading_pieces_that_fit_beside_the_tree():
     sizes = [20 * MiB, 20 * MiB, 16 * MiB]
-    assert stage.split_pieces(sizes, tree=4 * MiB) == 2       # 60 MiB + the manifest's reserve
-    assert stage.split_pieces(sizes, tree=4 * MiB, reserve=0) == 3
-    assert stage.split_pieces(sizes, tree=25 * MiB) == 1
-    assert stage.split_pieces(sizes, tree=45 * MiB) == 0
+    assert stage_pieces.split_pieces(sizes, tree=4 * MiB) == 2       # 60 MiB + the manifest's reserve
+    assert stage_pieces.split_pieces(sizes, tree=4 * MiB, reserve=0) == 3
+    assert stage_pieces.split_pieces(sizes, tree=25 * MiB) == 1
+    assert stage_pieces.split_pieces(sizes, tree=45 * MiB) == 0
 
 
 def test_the_tree_counts_tracked_and_untracked_files_but_not_ignored_ones(tmp_path):
@@ -119,9 +120,9 @@ def _stage_fake_tree(tmp_path: Path, compiler: bytes, first: int) -> Path:
     src = tmp_path / "src" / stage.COMPILER
     src.parent.mkdir(parents=True, exist_ok=True)
     src.write_bytes(compiler)
-    section = stage.compress_pieces(src, s1, piece_bytes=len(compiler) // 4 + 1)
+    section = stage_pieces.compress_pieces(src, s1, piece_bytes=len(compiler) // 4 + 1)
     assert len(section["pieces"]) == 4
-    stage.place_pieces(section, s1, s2, first)
+    stage_pieces.place_pieces(section, s1, s2, first)
     tar = stage.pack_tvm(_fake_tvm(tmp_path), s2)
     wheels = [_fake_wheel(s2 / "wheels", "apache_tvm_ffi-0.1.14.post1-cp312.whl", "tvm_ffi"),
               _fake_wheel(s2 / "wheels", "ml_dtypes-0.7.0-cp312.whl", "ml_dtypes"),
