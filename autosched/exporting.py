@@ -2,7 +2,7 @@
 
 Nothing is measured: each best record's candidate is replayed through the search space
 (exactly the schedule that was measured) and compiled into one library; a CUDA library
-holds device code for the target's arch (see `measure/cuda_compile.py`), and its
+holds device code for the target's arch (see `measure/cuda/compiler.py`), and its
 manifest says how it was made (`"cuda": {"arch", "binary", "compiler"}`). Only records
 of this target and compatible versions are used (the database filters).
 
@@ -256,7 +256,7 @@ def write_library(tasks, choices: list[KernelChoice], target, out_dir: str,
 
 def _compile_library(mod, target, path: str) -> dict | None:
     """Compile `mod` and export it to `path`. A CUDA library holds device code for
-    exactly the target's arch (made here, by `cuda_compile`, never source to compile
+    exactly the target's arch (made here, by `measure.cuda.compiler`, never source to compile
     where it loads); returns what the manifest records about it (None for llvm)."""
     import tvm
 
@@ -264,8 +264,8 @@ def _compile_library(mod, target, path: str) -> dict | None:
         tvm.compile(mod, target=target.tvm()).export_library(path)
         return None
     from .errors import InfrastructureError
-    from .measure import fatbin
-    from .measure.cuda_compile import CudaCompileError, build_cuda
+    from .measure.cuda import fatbin
+    from .measure.cuda.compiler import CudaCompileError, build_cuda
 
     try:
         build = build_cuda(mod, target.config)

@@ -6,8 +6,8 @@ kernel, so reading one means rebuilding it: the task from the op file that defin
 workload (`training_data.rebuild_task`; a definition changed since the record was made
 gives another task key and is refused, never guessed at), the candidate replayed in the
 task's space (`generate_space(task, target).apply`), and for CUDA the module compiled the
-one way autosched compiles CUDA (`measure.cuda_compile.build_cuda`), whose fatbin
-`measure.sass` disassembles with cuobjdump. This is what MetaSchedule users get from
+one way autosched compiles CUDA (`measure.cuda.compiler.build_cuda`), whose fatbin
+`measure.cuda.sass` disassembles with cuobjdump. This is what MetaSchedule users get from
 `sch.mod.script()` and Triton users from `kernel.asm`.
 
 A candidate replays faithfully only under the TVM and space versions it was made with,
@@ -127,7 +127,7 @@ def _rebuild(record: Record, op_file: str):
 
 
 def _with_cuda(out: KernelSource, mod, config: dict, sass: bool) -> KernelSource:
-    from .measure.cuda_compile import CudaCompileError, build_cuda, cuda_source
+    from .measure.cuda.compiler import CudaCompileError, build_cuda, cuda_source
 
     try:
         build = build_cuda(mod, config)
@@ -142,7 +142,7 @@ def _with_cuda(out: KernelSource, mod, config: dict, sass: bool) -> KernelSource
 
 
 def _sass_available() -> bool:
-    from .measure import sass
+    from .measure.cuda import sass
 
     return sass.available()
 
@@ -150,7 +150,7 @@ def _sass_available() -> bool:
 def _disassemble(executable) -> str:
     """The SASS of a built module: exported to a temporary library (TVM writes no
     fatbin on its own), whose fatbin cuobjdump reads."""
-    from .measure import sass
+    from .measure.cuda import sass
 
     with tempfile.TemporaryDirectory(prefix="autosched-show-") as tmp:
         path = os.path.join(tmp, "kernel.so")

@@ -105,7 +105,7 @@ UNSAID = "unknown (the RPC server does not say)"
 
 def server_fingerprint(target: TargetSpec, reading: dict) -> dict:
     """The fingerprint of an RPC server from what it reported of itself
-    (`rpc_session.read_hardware`). A CPU is named by LLVM's name for it (TVM's server
+    (`measure.rpc.session.read_hardware`). A CPU is named by LLVM's name for it (TVM's server
     does not expose the model name), with vendor, logical cores, architecture and memory
     in whole GiB; a GPU by name, architecture, SM count and memory. It never names this machine."""
     if target.kind == "cuda":

@@ -1,4 +1,6 @@
-"""Bad input through the real CLI: one line on stderr, exit code 2, nothing written."""
+"""Bad input through the real CLI: one line on stderr, exit code 2, nothing written.
+The CLI's `main(argv)` runs in this process, except where the process's own stderr is
+the point (the traceback --debug lets through)."""
 from __future__ import annotations
 
 import os
@@ -20,7 +22,7 @@ def add(M=8):
     "missing_file", "syntax_error", "no_workload", "not_tensors", "unknown_arg",
     "unknown_target", "bad_trials", "unknown_workload", "bad_arg_value", "bad_db_url",
 ])
-def test_bad_input_is_one_line_exit_2_and_no_database(case, cli, write_op, tmp_path):
+def test_bad_input_is_one_line_exit_2_and_no_database(case, cli_here, write_op, tmp_path):
     db = tmp_path / "db.sqlite"
     good = write_op(GOOD, "good.py")
     argv = {
@@ -38,7 +40,7 @@ def test_bad_input_is_one_line_exit_2_and_no_database(case, cli, write_op, tmp_p
     }[case]
     if case != "bad_db_url":
         argv += ["--db", f"sqlite:///{db}"]
-    proc = cli("tune", *argv, "--work-dir", str(tmp_path / "logs"), cwd=tmp_path)
+    proc = cli_here("tune", *argv, "--work-dir", str(tmp_path / "logs"), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("autosched: error:"), proc.stderr
@@ -52,13 +54,13 @@ def test_debug_shows_the_traceback(cli, tmp_path):
     assert proc.returncode != 0 and "Traceback" in proc.stderr
 
 
-def test_cuda_without_gpu_names_the_remedies(cli, write_op, tmp_path):
+def test_cuda_without_gpu_names_the_remedies(cli_here, write_op, tmp_path):
     from autosched.target import local_gpu
 
     if local_gpu() is not None:
         pytest.skip("this machine has a GPU")
-    proc = cli("tune", write_op(GOOD), "--target", "cuda", "--db", f"sqlite:///{tmp_path}/d.db",
-               cwd=tmp_path)
+    proc = cli_here("tune", write_op(GOOD), "--target", "cuda", "--db",
+                    f"sqlite:///{tmp_path}/d.db", cwd=tmp_path)
     assert proc.returncode == 2
     assert "--dry-run" in proc.stderr and "--runner rpc://" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -55,8 +55,8 @@ print(json.dumps({"code": code, "heavy": heavy}))
 """
 
 
-def test_version_prints_what_a_bug_report_needs_without_importing_tvm(cli):
-    proc = cli("--version")
+def test_version_prints_what_a_bug_report_needs_without_importing_tvm(cli_here):
+    proc = cli_here("--version")
     assert proc.returncode == 0 and proc.stderr == ""
     assert proc.stdout.splitlines() == [
         "autosched: 0.1.0",
@@ -123,7 +123,7 @@ def test_argparse_errors_carry_one_prefix_and_exit_2(argv, line, capsys):
     (["db", "stats"], ["--db URL database URL: sqlite:///PATH or "
                        "postgresql://USER@HOST:PORT/DB (default: $AUTOSCHED_DB, else "
                        "sqlite:///logs/autosched.db)"]),
-    (["model", "train"], ["train on records of this target kind (default: llvm)"]),
+    (["cost-model", "train"], ["train on records of this target kind (default: llvm)"]),
     (["plan"], ["--time-limit TIME_LIMIT solver seconds (default: 10.0)"]),
 ])
 def test_every_help_shows_the_defaults(argv, shown, capsys):
@@ -248,3 +248,44 @@ def test_report_without_matplotlib_prints_the_table_and_how_to_get_plots(filled,
     assert NO_MATPLOTLIB == ("autosched: no tuning-curve plots: they need matplotlib (pip "
                              "install 'autosched[plot]'); --no-plots leaves them out")
     assert not out.exists()
+
+
+def test_the_cost_model_command_has_one_name_in_help_and_the_old_one_still_runs(tmp_path,
+                                                                              capsys):
+    """"model" is a PyTorch model; the cost model's command and option say "cost-model".
+    The old spellings stay for users' scripts: hidden from help, one warning line."""
+    top = build_parser().format_help()
+    assert "{tune,export,tune-model,export-model,report,db,cost-model,plan,workers}" in top
+    assert "cost-model train cost models (warm starts for tune)" in _flat(top)
+    rows = [line.split()[0] for line in top.splitlines() if line.startswith("    ")]
+    assert "cost-model" in rows and "model" not in rows
+    out = str(tmp_path / "m.json")
+    for argv in (["cost-model"], ["model"]):
+        assert main([*argv, "train", "--db", f"sqlite:///{tmp_path}/t.db", "--op-file",
+                     "missing.py", "-o", out]) == 2
+        warned = ["autosched: warning: `autosched model` is now `autosched cost-model`; "
+                  "the old name will go"] if argv == ["model"] else []
+        assert capsys.readouterr().err.splitlines() == [
+            *warned, "autosched: error: --op-file: not found: missing.py"]
+    assert main(["cost-model"]) == 2
+    assert capsys.readouterr().err == ("autosched: error: cost-model: the following arguments "
+                                       "are required: {train} (see `autosched cost-model "
+                                       "--help`)\n")
+
+
+def test_tune_takes_the_cost_model_as_cost_model_and_the_old_option_with_a_warning(capsys):
+    from autosched.cli.tune import tune_config
+
+    parse = build_parser().parse_args
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    tune_help = _flat(capsys.readouterr().out)
+    assert "--cost-model PATH cost model to warm-start from" in tune_help
+    assert "--model" not in tune_help
+    assert tune_config(parse(["tune", MATMUL, "--cost-model", "m.json"])).model_path == "m.json"
+    assert capsys.readouterr().err == ""
+    assert tune_config(parse(["tune", MATMUL, "--model", "m.json"])).model_path == "m.json"
+    assert capsys.readouterr().err == ("autosched: warning: --model is now --cost-model; the "
+                                       "old name will go\n")
+    with pytest.raises(UserError, match="give only --cost-model"):
+        tune_config(parse(["tune", MATMUL, "--model", "a.json", "--cost-model", "b.json"]))

@@ -16,7 +16,7 @@ from autosched.db import make_record, open_database
 from autosched.db.jsonl import import_records
 from autosched.errors import UserError
 from autosched.exporting import choose_records, export_tasks, machine_label
-from autosched.measure.result import MeasureResult
+from autosched.results import MeasureResult
 from autosched.target import TargetSpec, resolve_target
 from autosched.versions import current_versions
 from autosched.workload import load_tasks

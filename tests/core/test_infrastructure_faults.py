@@ -166,7 +166,7 @@ def test_retry_failures_measures_the_poisoned_candidates_again(tmp_path, task, c
                                                                examples_dir):
     import dataclasses
 
-    from autosched.measure import MeasureResult
+    from autosched.results import MeasureResult
 
     healthy = _config(tmp_path / "healthy")
     assert _tune(task, healthy, faults.local_measurer(FAST, healthy.work_dir)).trials == 4

@@ -31,7 +31,7 @@ sys.path.insert(0, ROOT)
 
 from autosched.db import make_record  # noqa: E402
 from autosched.db.jsonl import write_records  # noqa: E402
-from autosched.measure.result import MeasureResult  # noqa: E402
+from autosched.results import MeasureResult  # noqa: E402
 from autosched.target import TargetSpec  # noqa: E402
 from autosched.versions import current_versions  # noqa: E402
 from autosched.workload import load_tasks  # noqa: E402

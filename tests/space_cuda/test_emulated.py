@@ -34,7 +34,9 @@ def test_emulated_kernel_matches_reference(small_tasks, cuda_target, cuda_emulat
                                            distinct_samples, workload, sketch):
     task = small_tasks[workload]
     space = _space(task, cuda_target)
-    for cand, mod in distinct_samples(space, 1, seed=21, sketch=sketch):
+    samples = distinct_samples(space, 1, seed=21, sketch=sketch)
+    assert len(samples) == 1
+    for cand, mod in samples:
         assert space.check(mod) is None
         _check(task, cand, mod, cuda_target, cuda_emulator, reference)
 

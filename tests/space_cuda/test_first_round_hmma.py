@@ -22,8 +22,8 @@ TRIALS = 8
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_most_libraries_of_a_first_fp16_round_hold_hmma(tmp_path):
-    from autosched.measure import sass
-    from autosched.measure.bundle_format import MANIFEST, read_json
+    from autosched.measure.cuda import sass
+    from autosched.measure.bundle.format import MANIFEST, read_json
 
     skip_without_cuobjdump()
     bundle = tmp_path / "b"

@@ -1,4 +1,4 @@
-"""Candidates compile through `measure.cuda_compile` (nvcc, a fatbin for the target's
+"""Candidates compile through `measure.cuda.compiler` (nvcc, a fatbin for the target's
 arch), and every failure comes back as one line: the candidate's as CudaCompileError,
 the toolchain's as InfrastructureError.
 
@@ -23,8 +23,8 @@ PER_OP = 12   # bench/cuda_dry_run.py runs 64 per operator
 
 SAMPLES = textwrap.dedent("""
     import json, os, sys, tempfile
-    from autosched.measure import fatbin
-    from autosched.measure.cuda_compile import CudaCompileError, build_cuda, cuda_source
+    from autosched.measure.cuda import fatbin
+    from autosched.measure.cuda.compiler import CudaCompileError, build_cuda, cuda_source
     from autosched.target import resolve_target
     from autosched.workload import load_tasks
     from search_space import generate_space
@@ -57,7 +57,7 @@ SAMPLES = textwrap.dedent("""
 """)
 
 SHARED_OVERFLOW = SHARED_OVERFLOW_SCHEDULE + textwrap.dedent("""
-    from autosched.measure.cuda_compile import CudaCompileError, build_cuda
+    from autosched.measure.cuda.compiler import CudaCompileError, build_cuda
     for mod in (sch.mod, te.create_prim_func([a, b])):
         try:
             build_cuda(mod, {"kind": "cuda", "arch": "sm_90a",
@@ -91,7 +91,7 @@ def test_nvcc_errors_are_the_candidates_one_line_and_unscheduled_is_a_build_erro
 
 
 def test_first_error_line_skips_the_source_dump():
-    from autosched.measure.cuda_compile import first_error_line
+    from autosched.measure.cuda.compiler import first_error_line
 
     text = ("extern \"C\" __global__ void k() {\n  int error_count = 0;\n}\n"
             "Compilation error:\n/tmp/x/tvm_kernels.cu(3): error: identifier \"foo\" is "
@@ -101,7 +101,7 @@ def test_first_error_line_skips_the_source_dump():
 
 def test_gencode_flags_ask_for_exactly_the_arch():
     from autosched.errors import InfrastructureError
-    from autosched.measure.cuda_compile import arch_of, gencode_flags
+    from autosched.measure.cuda.compiler import arch_of, gencode_flags
 
     assert gencode_flags("sm_90a") == ["-gencode", "arch=compute_90a,code=sm_90a"]
     assert gencode_flags("sm_80") == ["-gencode", "arch=compute_80,code=sm_80"]

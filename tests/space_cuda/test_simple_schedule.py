@@ -101,8 +101,8 @@ def test_it_is_the_default_sketch(small_tasks, cuda_target):
 
 COMPILE_ALL = """
 import json, os, sys
-from autosched.measure import fatbin
-from autosched.measure.cuda_compile import CudaCompileError, build_cuda
+from autosched.measure.cuda import fatbin
+from autosched.measure.cuda.compiler import CudaCompileError, build_cuda
 from autosched.target import resolve_target
 from autosched.workload import load_tasks
 from search_space.cuda import GpuLimits, reference_schedule

@@ -33,6 +33,8 @@ def test_replay_is_exact_and_json_round_trips(space_of, distinct_samples, worklo
     space = space_of(workload)
     for sketch in space.sketches:
         samples = distinct_samples(space, 2, seed=7, sketch=sketch)
+        # two of each sketch, one of the decision-free default
+        assert len(samples) == (1 if sketch == "default" else 2), sketch
         for cand, mod in samples:
             again = Candidate.from_json(json.loads(cand.dumps()))
             assert again == cand and again.key == cand.key
@@ -95,7 +97,9 @@ def _kernels(mod, target):
     ("softmax", "default", 4),        # one kernel per block as written
 ])
 def test_kernel_count(space_of, distinct_samples, cuda_target, workload, sketch, n_kernels):
-    for _, mod in distinct_samples(space_of(workload), 3, seed=5, sketch=sketch):
+    samples = distinct_samples(space_of(workload), 3, seed=5, sketch=sketch)
+    assert len(samples) == (1 if sketch == "default" else 3)
+    for _, mod in samples:
         assert len(_kernels(mod, cuda_target)) == n_kernels
 
 
@@ -106,7 +110,9 @@ def test_tiles_fit_the_target_by_construction(space_of, distinct_samples, cuda_t
     inputs in shared memory with a register accumulator."""
     from search_space.cuda.limits import max_vthreads
 
-    for cand, mod in distinct_samples(space_of(workload), 25, seed=1, sketch="tile"):
+    samples = distinct_samples(space_of(workload), 25, seed=1, sketch="tile")
+    assert len(samples) == 25
+    for cand, mod in samples:
         (k,) = _kernels(mod, cuda_target)
         assert k.threads <= 1024 and 0 < k.shared_bytes <= 49152, cand.dumps()
         assert max_vthreads(mod) <= 8
@@ -116,7 +122,9 @@ def test_tiles_fit_the_target_by_construction(space_of, distinct_samples, cuda_t
 def test_vector_widths_only_where_aligned(space_of, distinct_samples):
     """The padded conv input is read at an offset (no vector loads); matmul inputs may
     use float2/float4 when the tiles are multiples."""
-    for cand, _ in distinct_samples(space_of("conv2d"), 15, seed=2, sketch="tile"):
+    conv = distinct_samples(space_of("conv2d"), 15, seed=2, sketch="tile")
+    assert len(conv) == 15
+    for cand, _ in conv:
         assert cand.values()["conv.pad.vector"] == 1
     widths = {cand.values()["C.A.vector"]
               for cand, _ in distinct_samples(space_of("matmul"), 30, seed=2, sketch="tile")}
@@ -124,7 +132,9 @@ def test_vector_widths_only_where_aligned(space_of, distinct_samples):
 
 
 def test_row_threads_are_warp_multiples(space_of, distinct_samples, cuda_target):
-    for cand, mod in distinct_samples(space_of("layer_norm"), 6, seed=4, sketch="rows_fused"):
+    samples = distinct_samples(space_of("layer_norm"), 6, seed=4, sketch="rows_fused")
+    assert len(samples) == 6
+    for cand, mod in samples:
         (k,) = _kernels(mod, cuda_target)
         assert k.threads == cand.values()["layer_norm.threads"] and k.threads % 32 == 0
         assert k.extents["blockIdx.x"] == 1024   # one row per thread block

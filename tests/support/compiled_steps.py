@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from autosched.runtime.meter import SavedTensorMeter
-from autosched.runtime.training_step import compute_loss
+from autosched.model.training_step import compute_loss
 
 
 @pytest.fixture(autouse=True)

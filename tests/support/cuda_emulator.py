@@ -221,7 +221,7 @@ def emulate(mod, target, inputs: dict, outputs: dict, timeout: float = 300) -> d
     with the compiler's or the program's message."""
     import tvm
 
-    from autosched.measure.cuda_compile import cuda_source
+    from autosched.measure.cuda.compiler import cuda_source
 
     src = cuda_source(tvm.compile(mod, target=target.tvm()))
     dims, inter_bytes = _launch_dims(mod, target)

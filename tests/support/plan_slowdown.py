@@ -22,7 +22,7 @@ def main(spec: str, bw_path: str) -> dict:
 
     import autosched.runtime as rt
     from autosched.runtime.model_profile import profile_model
-    from autosched.runtime.training_step import measure_step
+    from autosched.runtime.measured_step import measure_step
 
     sys.path.insert(0, str(TESTS))
     from support.modules import load_by_path

@@ -5,7 +5,7 @@ import hashlib
 import json
 
 from autosched.db.record import Record
-from autosched.measure.result import MeasureResult
+from autosched.results import MeasureResult
 
 TARGETS = {
     "llvm-a": {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2},

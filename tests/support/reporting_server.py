@@ -3,7 +3,7 @@ runners that read a server's hardware: `python reporting_server.py --cpu NAME --
 plus `tvm.exec.rpc_server`'s own --tracker, --key, --host, --port and --port-end.
 
 TVM's server answers hardware questions with global functions of its process
-(`autosched.measure.rpc_session.CPU_FUNCTIONS`). Before serving, this start-up registers
+(`autosched.measure.rpc.session.CPU_FUNCTIONS`). Before serving, this start-up registers
 the CPU-name and core-count functions anew (TVM's documented `server_init_callback`),
 saying `--cpu` and `--cores`: everything else is the stock server, serving real sessions
 on this machine. Run as a script, so that TVM's server process receives the callback by
@@ -25,7 +25,7 @@ def _report(cpu_function: str, cpu: str, cores_function: str, cores: int) -> Non
 def main() -> None:
     from tvm import rpc
 
-    from autosched.measure.rpc_session import CPU_FUNCTIONS
+    from autosched.measure.rpc.session import CPU_FUNCTIONS
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--cpu", required=True)

@@ -83,12 +83,12 @@ class Farm:
         return f"rpc://{self.address}/{key}" + (f"?{query}" if query else "")
 
     def summary(self) -> dict:
-        from autosched.measure.rpc_tracker import summary
+        from autosched.measure.rpc.tracker import summary
 
         return summary("127.0.0.1", self.port, timeout=5)
 
     def registered(self, key: str) -> list[str]:
-        from autosched.measure.rpc_tracker import servers_by_key
+        from autosched.measure.rpc.tracker import servers_by_key
 
         return sorted(servers_by_key(self.summary()).get(key, []))
 
