@@ -21,7 +21,7 @@ def _evolutionary(**options):
     from .search import EvolutionarySearch
 
     model = options.pop("cost_model", "xgb")
-    path, seed = options.pop("model_path", None), options.pop("seed", 0)
+    path, seed = options.pop("cost_model_path", None), options.pop("seed", 0)
     if isinstance(model, str):
         model = make_cost_model(model, path, seed=seed)
     elif path:
@@ -40,7 +40,7 @@ STRATEGIES: dict[str, Callable] = {"random": _random, "evolutionary": _evolution
 
 def make_strategy(name: str, **options):
     """`name` -> a SearchStrategy; options are the strategy's constructor arguments
-    (for "evolutionary", `cost_model` may be a model or a name, `model_path` a saved
+    (for "evolutionary", `cost_model` may be a model or a name, `cost_model_path` a saved
     model to load into it and `seed` the seed of a new model)."""
     factory = _lookup(STRATEGIES, name, "--strategy")
     return factory(**options)

@@ -32,8 +32,8 @@ class TuneConfig:
     # is run and the database is not opened
     dry_run: bool = False
     work_dir: str = "logs"
-    model_path: str | None = None
-    # without model_path: warm-start the cost model from the database's records of
+    cost_model_path: str | None = None
+    # without cost_model_path: warm-start the cost model from the database's records of
     # other shapes of the same workloads (see warm_start.py)
     transfer: bool = True
     transfer_records: RecordBudget = field(default_factory=RecordBudget)

@@ -191,7 +191,7 @@ def default_strategies(config: TuneConfig) -> Callable[[], SearchStrategy]:
     if config.strategy != "evolutionary":
         make_strategy(config.strategy)  # validates the name
         return lambda: make_strategy(config.strategy)
-    model = make_cost_model("xgb", config.model_path, seed=config.seed)
+    model = make_cost_model("xgb", config.cost_model_path, seed=config.seed)
     return lambda: make_strategy("evolutionary", cost_model=model)
 
 
@@ -200,7 +200,7 @@ def _warm_start(states, config: TuneConfig, db, target, versions, known_tasks, s
     the tuned workloads, unless a model was given or transfer is off."""
     models = {id(s.strategy.cost_model): s.strategy.cost_model for s in states
               if s.strategy.cost_model is not None}
-    if len(models) != 1 or config.model_path or not config.transfer:
+    if len(models) != 1 or config.cost_model_path or not config.transfer:
         return None  # strategies that do not share one model learn on their own
     from .warm_start import warm_start
 

@@ -65,7 +65,7 @@ def train_model(db_url: str, held_key: str, path: str) -> dict:
     return {**report.to_json(), "tasks": sorted({g[0].name for g in groups})}
 
 
-def tune_curve(task, trials: int, seed: int, work_dir: str, model_path: str | None,
+def tune_curve(task, trials: int, seed: int, work_dir: str, cost_model_path: str | None,
                transfer: bool = False):
     """Best-so-far latency per trial of one tuning run on `work_dir`/tune.db (empty
     unless the caller put a database there)."""
@@ -74,7 +74,7 @@ def tune_curve(task, trials: int, seed: int, work_dir: str, model_path: str | No
     url = f"sqlite:///{work_dir}/tune.db"
     start = time.perf_counter()
     result = tune_tasks([task], TuneConfig(target="llvm", trials=trials, db_url=url, seed=seed,
-                                           work_dir=work_dir, model_path=model_path,
+                                           work_dir=work_dir, cost_model_path=cost_model_path,
                                            transfer=transfer))
     wall = time.perf_counter() - start
     if result.warm_start is not None:
@@ -113,10 +113,10 @@ def run_similar(op, trials: int, seed: int, shape_trials: int, shapes_db: str) -
                        "how": "automatic warm start from other shapes of the workload"})
 
 
-def cold_and_transfer(op, task, trials: int, seed: int, tmp: str, model_path: str | None = None,
+def cold_and_transfer(op, task, trials: int, seed: int, tmp: str, cost_model_path: str | None = None,
                       db_copy: str | None = None):
     """Two runs of `task` with the same seed: cold (empty database, no model) and with
-    transfer (`model_path`, or the automatic warm start from a copy of `db_copy`).
+    transfer (`cost_model_path`, or the automatic warm start from a copy of `db_copy`).
     Returns their curves and wall times by name."""
     curves, walls = {}, {}
     for name in ("cold", "transfer"):
@@ -127,7 +127,7 @@ def cold_and_transfer(op, task, trials: int, seed: int, tmp: str, model_path: st
             shutil.copy(db_copy, os.path.join(work, "tune.db"))
         print(f"== {op.name}: {name}", file=sys.stderr, flush=True)
         curves[name], walls[name] = tune_curve(task, trials, seed, work,
-                                               model_path if warm else None,
+                                               cost_model_path if warm else None,
                                                transfer=warm and bool(db_copy))
     return curves, walls
 
@@ -139,9 +139,9 @@ def trials_to_reach(curve, latency: float) -> int | None:
 def run_op(op, trials: int, seed: int, db_url: str) -> dict:
     task = op.task()
     with tempfile.TemporaryDirectory() as tmp:
-        model_path = os.path.join(tmp, "model.json")
-        report = train_model(db_url, task.key, model_path)
-        curves, walls = cold_and_transfer(op, task, trials, seed, tmp, model_path=model_path)
+        cost_model_path = os.path.join(tmp, "model.json")
+        report = train_model(db_url, task.key, cost_model_path)
+        curves, walls = cold_and_transfer(op, task, trials, seed, tmp, cost_model_path=cost_model_path)
     return _curve_row(op, task, trials, curves, walls, report)
 
 

@@ -90,7 +90,7 @@ def tune_config(args: argparse.Namespace, time_budget_s: float | None = None):
     return TuneConfig(target=args.target, trials=args.trials, db_url=args.db,
                       runner=args.runner, strategy=args.strategy, seed=args.seed,
                       batch_size=args.batch_size, dry_run=args.dry_run,
-                      work_dir=args.work_dir, model_path=_cost_model_path(args),
+                      work_dir=args.work_dir, cost_model_path=_cost_model_path(args),
                       transfer=not args.no_transfer, measure=settings,
                       retry_failures=tuple(args.retry_failures), time_budget_s=time_budget_s)
 

@@ -282,9 +282,9 @@ def test_tune_takes_the_cost_model_as_cost_model_and_the_old_option_with_a_warni
     tune_help = _flat(capsys.readouterr().out)
     assert "--cost-model PATH cost model to warm-start from" in tune_help
     assert "--model" not in tune_help
-    assert tune_config(parse(["tune", MATMUL, "--cost-model", "m.json"])).model_path == "m.json"
+    assert tune_config(parse(["tune", MATMUL, "--cost-model", "m.json"])).cost_model_path == "m.json"
     assert capsys.readouterr().err == ""
-    assert tune_config(parse(["tune", MATMUL, "--model", "m.json"])).model_path == "m.json"
+    assert tune_config(parse(["tune", MATMUL, "--model", "m.json"])).cost_model_path == "m.json"
     assert capsys.readouterr().err == ("autosched: warning: --model is now --cost-model; the "
                                        "old name will go\n")
     with pytest.raises(UserError, match="give only --cost-model"):

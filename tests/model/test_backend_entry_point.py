@@ -37,27 +37,18 @@ def _model_and_input():
 @pytest.fixture(scope="module")
 def model_library(tmp_path_factory):
     """DIR of a model library holding a kernel for every task of MLP's training step."""
-    import tvm
-    from support.torch_library import kernel_entry, parallel_outer_loops, write_manifest
+    from support.torch_library import compile_kernels, kernel_entry, write_manifest
 
-    from autosched.exporting import kernel_symbols
     from autosched.model.choice import OpChoice, write_choices
     from autosched.model.extract import extract
     from autosched.model.tuning import model_tasks
     from autosched.model.modelfile import ModelSpec
-    from autosched.target import resolve_target
 
     model, x = _model_and_input()
     found = extract(ModelSpec("mlp.py", model, (x,), _loss), train=True)
     tasks = model_tasks(found)
     directory = tmp_path_factory.mktemp("model") / "lib"
-    directory.mkdir()
-    symbols = kernel_symbols(tasks)
-    funcs = {s: parallel_outer_loops(t.func).with_attr("global_symbol", s)
-             for t, s in zip(tasks, symbols)}
-    target = resolve_target("llvm")
-    tvm.compile(tvm.IRModule(funcs), target=target.tvm()).export_library(
-        str(directory / "kernels.so"))
+    target, symbols = compile_kernels(directory, tasks)
     write_manifest(directory, target, [kernel_entry(t, s, {}) for t, s in zip(tasks, symbols)])
     # torch "recorded" at 1 s, every kernel at 1 ns: model_ops.json chooses them all
     write_choices(str(directory), "mlp.py", True, [

@@ -21,13 +21,9 @@ RECORD_IDS = {"matmul": 11, "layer_norm": 12, "memeff_gelu_grad": 13}
 def library_dir(tmp_path_factory):
     """One library: examples/nn_ops.py's matmul and layer_norm, and the fused GELU
     backward of runtime/memeff/workloads.py, lightly scheduled, with record ids."""
-    import tvm
-    from support.torch_library import (kernel_entry, make_tasks, parallel_outer_loops,
-                                       write_manifest)
+    from support.torch_library import compile_kernels, kernel_entry, make_tasks, write_manifest
 
-    from autosched.exporting import kernel_symbols
     from autosched.runtime.memeff.library import OP_FILE
-    from autosched.target import resolve_target
 
     nn_tasks, nn_metas = make_tasks({"matmul": [{"M": ROWS, "N": N, "K": K}],
                                      "layer_norm": [{"M": ROWS, "N": WIDTH}]})
@@ -35,13 +31,7 @@ def library_dir(tmp_path_factory):
                                         OP_FILE)
     tasks, metas = nn_tasks + gelu_tasks, nn_metas + gelu_metas
     directory = tmp_path_factory.mktemp("door") / "lib"
-    directory.mkdir()
-    symbols = kernel_symbols(tasks)
-    funcs = {s: parallel_outer_loops(t.func).with_attr("global_symbol", s)
-             for t, s in zip(tasks, symbols)}
-    target = resolve_target("llvm")
-    tvm.compile(tvm.IRModule(funcs), target=target.tvm()).export_library(
-        str(directory / "kernels.so"))
+    target, symbols = compile_kernels(directory, tasks)
     entries = [dict(kernel_entry(t, s, m), record_id=RECORD_IDS[t.workload])
                for t, s, m in zip(tasks, symbols, metas)]
     write_manifest(directory, target, entries)

@@ -140,14 +140,14 @@ def test_make_strategy_is_the_one_entry_point(tmp_path, synthetic, matmul_space)
         make_strategy("annealing")
     with pytest.raises(UserError, match="population"):
         make_strategy("evolutionary", population=1)
-    # model_path warm-starts the strategy's cost model
+    # cost_model_path warm-starts the strategy's cost model
     rng = random.Random(2)
     pairs = [matmul_space.sample(rng) for _ in range(24)]
     s.update(matmul_space, [c for c, _ in pairs], [m for _, m in pairs],
              [synthetic.synthetic_latency(c) for c, _ in pairs])
     path = str(tmp_path / "m.json")
     s.cost_model.save(path)
-    warm = make_strategy("evolutionary", seed=1, model_path=path)
+    warm = make_strategy("evolutionary", seed=1, cost_model_path=path)
     cands, mods = [c for c, _ in pairs], [m for _, m in pairs]
     assert (warm.cost_model.predict(matmul_space.task, cands, mods) ==
             s.cost_model.predict(matmul_space.task, cands, mods)).all()

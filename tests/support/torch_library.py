@@ -64,23 +64,29 @@ def make_tasks(selection: dict[str, list[dict]], op_file=NN_OPS):
     return tasks, [dict(defs[t.workload].meta) for t in tasks]
 
 
-def build_library(directory, selection: dict[str, list[dict]], op_file=NN_OPS,
-                  target_text: str = "llvm", parallel: bool = True) -> Path:
-    """Compile the selected workloads of `op_file` into DIR/kernels.so + DIR/manifest.json."""
+def compile_kernels(directory, tasks, target_text: str = "llvm", parallel: bool = True):
+    """Compile `tasks` into DIR/kernels.so; (the target, each task's symbol)."""
     import tvm
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tasks, metas = make_tasks(selection, op_file)
     symbols = kernel_symbols(tasks)
     light = parallel_outer_loops if parallel else (lambda f: f)
     funcs = {sym: light(t.func).with_attr("global_symbol", sym) for t, sym in zip(tasks, symbols)}
     target = resolve_target(target_text)
     tvm.compile(tvm.IRModule(funcs), target=target.tvm()).export_library(
         str(directory / "kernels.so"))
+    return target, symbols
+
+
+def build_library(directory, selection: dict[str, list[dict]], op_file=NN_OPS,
+                  target_text: str = "llvm", parallel: bool = True) -> Path:
+    """Compile the selected workloads of `op_file` into DIR/kernels.so + DIR/manifest.json."""
+    tasks, metas = make_tasks(selection, op_file)
+    target, symbols = compile_kernels(directory, tasks, target_text, parallel)
     kernels = [kernel_entry(t, sym, meta) for t, sym, meta in zip(tasks, symbols, metas)]
-    write_manifest(directory, target, kernels)
-    return directory
+    write_manifest(Path(directory), target, kernels)
+    return Path(directory)
 
 
 # The library the tests use: small shapes of every op in examples/nn_ops.py.
