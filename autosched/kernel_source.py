@@ -61,9 +61,9 @@ def read_record(db_url: str | None, record_id: int) -> Record:
 
 def find_record(db, record_id: int) -> Record:
     """Record `record_id` of the open database `db`; UserError when there is none."""
-    for rec in db.iter_records():
-        if rec.id == record_id:
-            return rec
+    rec = db.record(record_id)
+    if rec is not None:
+        return rec
     raise UserError(f"no record {record_id} in {db.url} (`autosched db best` lists the "
                     "record ids)")
 

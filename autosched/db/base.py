@@ -45,6 +45,10 @@ class Database(Protocol):
                 limit: int | None = None) -> list[Record]:
         """Records matching the filters, in insertion order (for training and listing)."""
 
+    def record(self, record_id: int) -> Record | None:
+        """Record `record_id` (the id `add_records` returned and `db best` lists), or None
+        when there is none."""
+
     def tasks(self) -> list[dict]:
         """Every registered workload instance, in Task.to_json() shape. "flops" is None
         (and "inputs"/"outputs" empty) for a workload known only from imported records,

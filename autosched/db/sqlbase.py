@@ -219,6 +219,12 @@ class SqlDatabase:
         for row in self._stream(sql, params, batch):
             yield rows.row_record(row)
 
+    def record(self, record_id: int) -> Record | None:
+        """Record `record_id`, or None when the database holds no record of that id."""
+        sql = f"SELECT {rows.RECORD_COLUMNS} FROM {rows.RECORD_FROM} WHERE r.id = ?"
+        found = self._query(sql, (int(record_id),))
+        return rows.row_record(found[0]) if found else None
+
     def count(self) -> int:
         """Number of records stored."""
         found = self._query("SELECT COUNT(*) FROM autosched_records")

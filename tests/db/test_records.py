@@ -52,6 +52,16 @@ def test_records_round_trip_exactly(db):
     assert got[1].latency == math.inf
 
 
+def test_record_by_id(db):
+    recs = [make_rec(cand=1, latency=2e-3), make_rec(cand=2, error="wrong_answer"),
+            make_rec("conv", cand=3)]
+    ids = db.add_records(recs)
+    for rec, i in zip(recs, ids):
+        assert db.record(i) == rec.with_id(i)
+    assert db.record(max(ids) + 1) is None
+    assert db.record(-1) is None
+
+
 def test_best_and_top_k_rank_correct_records_only(db):
     lat = [5e-3, 2e-3, 9e-3, 1e-3, 3e-3]
     db.add_records([make_rec(cand=i, latency=x) for i, x in enumerate(lat)])
