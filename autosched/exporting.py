@@ -34,6 +34,8 @@ from .versions import current_versions, library_versions
 MANIFEST_FORMAT = 1
 LIBRARY_NAME = "kernels.so"
 MANIFEST_NAME = "manifest.json"
+# the kernels as text, beside the library (exporting._write_sources)
+SOURCE_DIR = "source"
 
 
 @dataclass(frozen=True)
@@ -243,9 +245,12 @@ def write_library(tasks, choices: list[KernelChoice], target, out_dir: str,
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".export-", dir=parent)
     try:
-        cuda = _compile_library(tvm.IRModule(funcs), target, os.path.join(staging, LIBRARY_NAME))
+        lib_path = os.path.join(staging, LIBRARY_NAME)
+        cuda = _compile_library(tvm.IRModule(funcs), target, lib_path)
         if cuda is not None:
-            manifest["cuda"] = cuda
+            manifest["cuda"], cuda_text = cuda
+        manifest["source"] = _write_sources(staging, manifest, funcs,
+                                            cuda_text if cuda is not None else None, lib_path)
         write_manifest(os.path.join(staging, MANIFEST_NAME), manifest)
         _replace_dir(staging, out_dir)
     except BaseException:
@@ -254,10 +259,43 @@ def write_library(tasks, choices: list[KernelChoice], target, out_dir: str,
     return os.path.join(out_dir, MANIFEST_NAME)
 
 
-def _compile_library(mod, target, path: str) -> dict | None:
+def _write_sources(staging: str, manifest: dict, funcs: dict, cuda_text: str | None,
+                   lib_path: str) -> dict:
+    """The library's kernels as text, beside it, so they can be read without the database
+    or the op file (`KernelLibrary.source`): each kernel's scheduled TIR as TVMScript
+    (`source/<symbol>.py`, named in its manifest entry), and for CUDA the generated
+    source and, where cuobjdump is installed, the SASS of the library's fatbin. Returns
+    the manifest's "source" map of the library-wide files."""
+    import tvm
+
+    os.makedirs(os.path.join(staging, SOURCE_DIR))
+    for entry in manifest["kernels"]:
+        rel = f"{SOURCE_DIR}/{entry['symbol']}.py"
+        script = tvm.IRModule({entry["symbol"]: funcs[entry["symbol"]]}).script()
+        _write_text(os.path.join(staging, rel), script)
+        entry["source"] = {"tir": rel}
+    found = {}
+    if cuda_text is not None:
+        found["cuda"] = f"{SOURCE_DIR}/kernels.cu"
+        _write_text(os.path.join(staging, found["cuda"]), cuda_text)
+        from .measure.cuda import sass
+
+        if manifest.get("cuda", {}).get("binary") == "fatbin" and sass.available():
+            found["sass"] = f"{SOURCE_DIR}/kernels.sass"
+            _write_text(os.path.join(staging, found["sass"]), sass.dump_sass(lib_path))
+    return found
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _compile_library(mod, target, path: str) -> tuple[dict, str] | None:
     """Compile `mod` and export it to `path`. A CUDA library holds device code for
     exactly the target's arch (made here, by `measure.cuda.compiler`, never source to compile
-    where it loads); returns what the manifest records about it (None for llvm)."""
+    where it loads); returns what the manifest records about it and the generated CUDA
+    source (None for llvm)."""
     import tvm
 
     if target.kind != "cuda":
@@ -265,7 +303,7 @@ def _compile_library(mod, target, path: str) -> dict | None:
         return None
     from .errors import InfrastructureError
     from .measure.cuda import fatbin
-    from .measure.cuda.compiler import CudaCompileError, build_cuda
+    from .measure.cuda.compiler import CudaCompileError, build_cuda, cuda_source
 
     try:
         build = build_cuda(mod, target.config)
@@ -279,7 +317,7 @@ def _compile_library(mod, target, path: str) -> dict | None:
             raise InfrastructureError(f"{path}: nvcc embedded device code for "
                                       f"{sorted(archs) or 'no arch'}, not {build.arch}",
                                       "check the CUDA toolkit (nvcc), then rerun")
-    return build.describe()
+    return build.describe(), cuda_source(build.executable)
 
 
 def write_manifest(path: str, manifest: dict) -> None:

@@ -42,6 +42,21 @@ class KernelLibrary:
         """The manifest's kernels (shape variants) of one workload, in manifest order."""
         return [e for e in self.manifest.kernels if e.workload == workload]
 
+    def source(self, workload: str, kind: str = "tir", variant: int = 0) -> str:
+        """The kernel of `workload` as text: its scheduled TIR as TVMScript ("tir"), or
+        for a CUDA library the CUDA source ("cuda") or SASS ("sass") of its device
+        functions. `variant` picks a shape variant, in manifest order (`entries`).
+        What `autosched db show` prints for a record, read from the library itself."""
+        from .kernel_text import kernel_text
+
+        entries = self.entries(workload)
+        if not entries:
+            raise LibraryError(f"{self.path}: no workload {workload!r} (it holds "
+                               f"{', '.join(sorted(self.ops)) or 'none'})")
+        if not 0 <= variant < len(entries):
+            raise LibraryError(f"{workload}: variant {variant} of {len(entries)}")
+        return kernel_text(self.manifest, entries[variant], kind)
+
     def record_ids(self) -> dict[str, str]:
         """{"autosched::<workload>": its kernels' record ids, comma-separated in manifest
         order}: how a plan names the records of the ops it runs."""

@@ -40,6 +40,7 @@ class KernelEntry:
     record_id: int | None = None
     latency_s: float | None = None
     meta: dict = field(default_factory=dict)
+    source: dict = field(default_factory=dict)  # {"tir": path in the library directory}
 
     @property
     def signature(self) -> str:
@@ -67,6 +68,7 @@ class Manifest:
     versions: dict
     kernels: tuple[KernelEntry, ...]
     cuda: dict = field(default_factory=dict)   # how CUDA device code was made (export)
+    source: dict = field(default_factory=dict)  # {"cuda": path, "sass": path} (export)
 
     @property
     def library_path(self) -> Path:
@@ -132,6 +134,7 @@ def _kernel(item, i: int, where: str) -> KernelEntry:
         record_id=item.get("record_id"),
         latency_s=item.get("latency_s"),
         meta=dict(item.get("meta") or {}),
+        source=_source_paths(item.get("source"), at),
     )
     if not entry.workload.isidentifier():
         raise LibraryError(f"{at}: workload name {entry.workload!r} is not an identifier")
@@ -207,4 +210,19 @@ def read_manifest(directory) -> Manifest:
                     target=target, target_key=str(data.get("target_key", "")),
                     hardware=dict(data.get("hardware") or {}),
                     versions=_need(data, "versions", dict, where), kernels=kernels,
-                    cuda=dict(data.get("cuda") or {}))
+                    cuda=dict(data.get("cuda") or {}),
+                    source=_source_paths(data.get("source"), where))
+
+
+def _source_paths(value, where: str) -> dict:
+    """The "source" map of a manifest or kernel entry: kind -> a relative path inside
+    the library directory (a library exported before sources were written has none)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise LibraryError(f"{where}: source should map kinds to files")
+    for kind, rel in value.items():
+        if not isinstance(rel, str) or Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise LibraryError(f"{where}: source {kind!r} must be a path inside the "
+                               "library directory")
+    return dict(value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -208,11 +209,33 @@ def test_exported_libraries_hold_a_fatbin_and_load_without_the_compiler(built, g
         assert b"__global__" not in library.read_bytes()  # no CUDA source inside
         manifest = json.loads((tmp_path / op_file / "manifest.json").read_text())
         assert manifest["cuda"] == {"arch": ARCH, "binary": "fatbin", "compiler": "nvcc"}
+        _check_sources(tmp_path / op_file, manifest)
         dirs.append(str(tmp_path / op_file))
     loaded = _run(["-c", LOAD, *dirs], gpu_env)
     assert loaded.returncode == 0, loaded.stderr[-2000:]
     assert loaded.stdout.splitlines() == [
         "RESOLVED " + " ".join(sorted(w for ws in WORKLOADS.values() for w in ws)), "TVM []"]
+
+
+def _check_sources(directory: Path, manifest: dict) -> None:
+    """Export kept the kernels as text: each kernel's TIR, the library's CUDA source and
+    (with cuobjdump) SASS, and each kernel's part of those is its own functions."""
+    from autosched.measure.cuda import sass
+    from autosched.torch.kernel_text import kernel_text
+    from autosched.torch.manifest import read_manifest
+
+    assert manifest["source"] == ({"cuda": "source/kernels.cu", "sass": "source/kernels.sass"}
+                                  if sass.available() else {"cuda": "source/kernels.cu"})
+    assert "__global__" in (directory / "source" / "kernels.cu").read_text()
+    read = read_manifest(directory)
+    for entry in read.kernels:
+        assert f"def {entry.symbol}(" in kernel_text(read, entry, "tir")
+        cuda = kernel_text(read, entry, "cuda")
+        names = re.findall(r"__global__ void __launch_bounds__\(\d+\) (\w+)\(", cuda)
+        assert names and all(n.startswith(entry.symbol + "_kernel") for n in names), names
+        if sass.available():
+            functions = re.findall(r"Function : (\w+)", kernel_text(read, entry, "sass"))
+            assert sorted(set(functions)) == sorted(set(names))
 
 
 @pytest.mark.slow
