@@ -47,12 +47,17 @@ class TuneConfig:
     # wall-clock seconds for the run (`--time-budget`; None: no limit): once spent, no
     # batch starts, and the result says so (`TuneResult.stopped`, `out_of_time`)
     time_budget_s: float | None = None
+    # stop once the database holds this many records of the run's tasks on this target
+    # and machine, earlier runs' included (`--total-trials`; see trial_budget.py)
+    total_trials: int | None = None
 
     def __post_init__(self):
         if self.trials < 0:
             raise UserError(f"--trials must be >= 0, got {self.trials}")
         if self.time_budget_s is not None and not self.time_budget_s > 0:
             raise UserError(f"--time-budget must be > 0 seconds, got {self.time_budget_s:g}")
+        if self.total_trials is not None and self.total_trials < 1:
+            raise UserError(f"--total-trials must be >= 1, got {self.total_trials}")
         if self.measure.build_workers < 1:
             raise UserError(f"--build-workers must be >= 1, got {self.measure.build_workers}")
         if self.batch_size < 1:

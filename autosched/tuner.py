@@ -26,6 +26,7 @@ from .results import MeasureResult
 from .search import SearchStrategy
 from .target import TargetSpec, resolve_target
 from .task_scheduler import TaskScheduler
+from .trial_budget import run_budget
 from .validation import check_tasks
 from .versions import current_versions
 
@@ -116,7 +117,8 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
     measured and the database is not opened: `TuneResult.dry_run` holds the reports.
     Results that earlier runs left pending (a bundle, `--runner bundle:DIR`) are
     recorded first (`Measurer.collect`); results pending at the end are handed over by
-    `Measurer.finish_run`, whose line is `TuneResult.bundle`."""
+    `Measurer.finish_run`, whose line is `TuneResult.bundle`. `config.total_trials`
+    limits the run too (see trial_budget.py)."""
     deadline = None if config.time_budget_s is None else clock() + config.time_budget_s
     target = resolve_target(config.target)
     check_tasks(tasks, target)  # bad input stops here: nothing opened, nothing built
@@ -146,7 +148,7 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
                               new_strategy, known_tasks) for task in tasks]
         warm = _warm_start(states, config, db, target, versions, known_tasks, space_factory)
         result = TuneResult(states, db.url, target, warm_start=warm)
-        budget = measurer.budget(config.trials)
+        budget = run_budget(measurer.budget(config.trials), config.total_trials, states)
         for cb in callbacks:
             cb.on_start(states, budget)
         _learn_imported(states, imported, learned, callbacks)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -11,30 +12,69 @@ from ..tuner import Callback
 
 
 class ProgressBar(Callback):
-    """One self-rewriting line on stderr: trials, best GFLOP/s so far, failures."""
+    """One self-rewriting line on stderr: trials, best GFLOP/s so far, failures, time
+    spent and an estimate of the time left. The estimate is the run's rate of trials so
+    far applied to the trials left ("estimating" until the first batch ends), and with a
+    time budget never more than what is left of it: no batch starts once it is spent.
+    `clock` (seconds) is injectable for tests; the time budget counts from construction,
+    made just before the run starts."""
 
-    def __init__(self, stream=None, width: int = 24):
+    def __init__(self, stream=None, width: int = 24, time_budget_s: float | None = None,
+                 clock=time.perf_counter):
         self.stream = stream or sys.stderr
         self.width = width
-        self.start = time.perf_counter()
+        self.clock = clock
+        self.start = clock()
+        self.deadline = None if time_budget_s is None else self.start + time_budget_s
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._shown = 0  # length of the line on screen, to blank what a shorter one leaves
 
     def on_start(self, states, budget):
-        self.start = time.perf_counter()
+        self.start = self.clock()
+        if budget:
+            self._show(states, 0, budget, "estimating")
 
     def on_batch(self, states, done, budget):
-        filled = int(self.width * done / budget) if budget else self.width
+        now = self.clock()
+        eta = None
+        if done < budget:
+            left = (now - self.start) / done * (budget - done) if done else math.inf
+            if self.deadline is not None and left >= self.deadline - now:
+                eta = f"~{duration(max(0.0, self.deadline - now))} left (time budget)"
+            elif math.isfinite(left):
+                eta = f"~{duration(left)} left"
+            else:
+                eta = "estimating"
+        self._show(states, done, budget, eta, now)
+
+    def _show(self, states, done, budget, eta, now=None):
+        filled = min(self.width, int(self.width * done / budget)) if budget else self.width
         gflops = max((s.best_gflops for s in states), default=0.0)
         failures = sum(sum(s.failures.values()) for s in states)
+        spent = duration((self.clock() if now is None else now) - self.start)
         line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{budget} trials | "
-                f"best {gflops:.1f} GFLOP/s | failures {failures} | "
-                f"{time.perf_counter() - self.start:.0f}s")
-        self.stream.write(("\r" + line) if self.tty else line + "\n")
+                f"best {gflops:.1f} GFLOP/s | failures {failures} | {spent}"
+                + (f", {eta}" if eta else ""))
+        if self.tty:
+            self.stream.write("\r" + line.ljust(self._shown))
+            self._shown = len(line)
+        else:
+            self.stream.write(line + "\n")
         self.stream.flush()
 
     def on_end(self, result):
-        if self.tty:
+        if self.tty and self._shown:
             self.stream.write("\n")
+
+
+def duration(seconds: float) -> str:
+    """Seconds for a person: 41s, 1m20s, 2h05m."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 class JsonLog(Callback):

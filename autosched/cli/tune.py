@@ -26,7 +26,19 @@ def add_tune_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="llvm",
                    help="llvm | cuda | a JSON target dict | a TVM target string "
                         "('cuda -arch=sm_80') or tag ('nvidia/nvidia-h100')")
-    p.add_argument("--trials", type=int, default=64, help="new measurements for the whole run")
+    p.add_argument("--trials", type=int, metavar="N",
+                   help="the measurements this tuning run makes, shared by the tasks "
+                        "(default: 64; with only --total-trials, that total): a run is one "
+                        "invocation with the local and rpc runners, and the bundle "
+                        "directory's whole life with bundle:DIR (each invocation builds "
+                        "one round), so the same number of candidates is measured either "
+                        "way")
+    p.add_argument("--total-trials", type=int, metavar="N",
+                   help="stop once the database holds N records (one per candidate, any "
+                        "outcome) of these tasks on this target and machine, earlier runs' "
+                        "included: the same command, rerun after --time-budget or a kill, "
+                        "resumes and ends with N, whatever the runner. With --trials, both "
+                        "limits apply")
     p.add_argument("--db", metavar="URL", help=DB_URL_HELP_WORK_DIR)
     p.add_argument("--runner", default="local",
                    help="local | rpc://HOST:PORT/KEY | bundle:DIR (build a round into DIR "
@@ -75,8 +87,11 @@ def tune_config(args: argparse.Namespace, time_budget_s: float | None = None):
     `--time-budget`)."""
     from ..config import TuneConfig
 
-    if args.trials < 0:
-        raise UserError(f"--trials must be >= 0, got {args.trials}")
+    trials = args.trials
+    if trials is None:
+        trials = 64 if args.total_trials is None else max(0, args.total_trials)
+    if trials < 0:
+        raise UserError(f"--trials must be >= 0, got {trials}")
     if args.min_repeat_ms < 0:
         raise UserError(f"--min-repeat-ms must be >= 0, got {args.min_repeat_ms}")
     if args.bundle_reference_mib < 0:
@@ -87,12 +102,13 @@ def tune_config(args: argparse.Namespace, time_budget_s: float | None = None):
                                min_repeat_ms=args.min_repeat_ms,
                                build_workers=args.build_workers,
                                bundle_reference_mib=args.bundle_reference_mib)
-    return TuneConfig(target=args.target, trials=args.trials, db_url=args.db,
+    return TuneConfig(target=args.target, trials=trials, db_url=args.db,
                       runner=args.runner, strategy=args.strategy, seed=args.seed,
                       batch_size=args.batch_size, dry_run=args.dry_run,
                       work_dir=args.work_dir, cost_model_path=_cost_model_path(args),
                       transfer=not args.no_transfer, measure=settings,
-                      retry_failures=tuple(args.retry_failures), time_budget_s=time_budget_s)
+                      retry_failures=tuple(args.retry_failures), time_budget_s=time_budget_s,
+                      total_trials=args.total_trials)
 
 
 def _cost_model_path(args: argparse.Namespace) -> str | None:
@@ -117,10 +133,11 @@ def run(args: argparse.Namespace) -> int:
         return _dry_run(tasks, config)
     from ..db import mask_password
     from ..tuner import tune_tasks
+    from ..trial_budget import records_held, total_line
     from .progress import JsonLog, ProgressBar, summary_table
 
     log = JsonLog(config.work_dir)
-    result = tune_tasks(tasks, config, [ProgressBar(), log])
+    result = tune_tasks(tasks, config, [ProgressBar(time_budget_s=config.time_budget_s), log])
     print(summary_table(result))
     if result.warm_start is not None:
         print(result.warm_start.describe())
@@ -133,6 +150,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"autosched: stopped after {result.trials} of {config.trials} trials: "
               f"{result.stopped}; the records so far are saved{rerun}", file=sys.stderr)
         return 1
+    if config.total_trials is not None:
+        held = records_held(result.tasks)
+        print(f"autosched: {total_line(config.total_trials, held)}")
+        if held >= config.total_trials:  # a bundle built nothing: its "nothing left to
+            return 0                     # build" line would only repeat this one
     if result.bundle:  # a round waits in the bundle: what to run, then rerun this
         print(f"autosched: {result.bundle}")
     return 0

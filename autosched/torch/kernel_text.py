@@ -16,9 +16,9 @@ from .manifest import KernelEntry, Manifest
 KINDS = ("tir", "cuda", "sass")
 
 # where a device function starts: in the CUDA source, and in cuobjdump's SASS listing
-_CUDA_FUNCTION = re.compile(r'^extern "C" __global__\b[^\n]*?\b(?!__launch_bounds__)(\w+)\(',
+CUDA_FUNCTION = re.compile(r'^extern "C" __global__\b[^\n]*?\b(?!__launch_bounds__)(\w+)\(',
                             re.MULTILINE)
-_SASS_FUNCTION = re.compile(r"^\s*Function : (\w+)\s*$", re.MULTILINE)
+SASS_FUNCTION = re.compile(r"^\s*Function : (\w+)\s*$", re.MULTILINE)
 
 
 def kernel_text(manifest: Manifest, entry: KernelEntry, kind: str = "tir") -> str:
@@ -39,7 +39,7 @@ def kernel_text(manifest: Manifest, entry: KernelEntry, kind: str = "tir") -> st
         raise LibraryError(f"{path}: unreadable ({e.strerror or e})") from None
     if kind == "tir":
         return text
-    pattern = _CUDA_FUNCTION if kind == "cuda" else _SASS_FUNCTION
+    pattern = CUDA_FUNCTION if kind == "cuda" else SASS_FUNCTION
     return functions_of(text, pattern, entry.symbol + "_kernel")
 
 

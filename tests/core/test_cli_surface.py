@@ -109,7 +109,8 @@ def test_argparse_errors_carry_one_prefix_and_exit_2(argv, line, capsys):
 
 
 @pytest.mark.parametrize("argv, shown", [
-    (["tune"], ["--trials TRIALS new measurements for the whole run (default: 64)",
+    (["tune"], ["--trials N the measurements this tuning run makes, shared by the tasks "
+                "(default: 64; with only --total-trials, that total)",
                 "--seed SEED (default: 0)", "--work-dir WORK_DIR the run's logs, and the "
                 "database WORK_DIR/autosched.db unless --db or $AUTOSCHED_DB names one "
                 "(default: logs)", "--db URL database URL: sqlite:///PATH or "

@@ -12,7 +12,7 @@ import autosched.torch as at
 from autosched import exporting as export
 from autosched.target import resolve_target
 from autosched.torch.errors import LibraryError
-from autosched.torch.kernel_text import _CUDA_FUNCTION, _SASS_FUNCTION, functions_of
+from autosched.torch.kernel_text import CUDA_FUNCTION, SASS_FUNCTION, functions_of
 from search_space import generate_space
 
 SELECTION = {"gelu": [{"M": 8, "N": 16}], "linear": [{"M": 8, "N": 6, "K": 4},
@@ -117,13 +117,13 @@ arch = sm_90a
 
 
 def test_one_kernels_functions_are_cut_from_the_librarys_cuda_and_sass():
-    cuda = functions_of(CUDA, _CUDA_FUNCTION, "mm_kernel")
+    cuda = functions_of(CUDA, CUDA_FUNCTION, "mm_kernel")
     assert cuda.startswith("#include <cuda_fp16.h>\n#define X 1\n")
     assert re.findall(r"void __launch_bounds__\(\d+\) (\w+)", cuda) == ["mm_kernel",
                                                                        "mm_kernel_1"]
     assert "gelu_kernel" not in cuda
-    sass = functions_of(SASS, _SASS_FUNCTION, "mm_kernel")
+    sass = functions_of(SASS, SASS_FUNCTION, "mm_kernel")
     assert "code for sm_90a" in sass and "Function : mm_kernel" in sass
     assert "gelu_kernel" not in sass and "IMAD.MOV.U32" in sass and "MOV R1, c" not in sass
     # no function of that name: the whole text, nothing hidden
-    assert functions_of(CUDA, _CUDA_FUNCTION, "conv_kernel") == CUDA
+    assert functions_of(CUDA, CUDA_FUNCTION, "conv_kernel") == CUDA
