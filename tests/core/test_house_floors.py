@@ -23,10 +23,10 @@ FLOORS = (
     ("validation",),
     ("workload",),
     # the kernel side: store and search, then measurement, then what a tuning run is made of
-    ("db", "search", "task_scheduler"),
+    ("db", "search", "task_scheduler", "trial_budget"),
     ("measure",),
     ("components", "config", "dry_run", "training_data", "exporting"),
-    ("kernel_source", "shipped_models"),
+    ("kernel_source", "shipped_models", "metaschedule_export"),
     ("warm_start",),
     ("tuner",),
     # the PyTorch side: our kernels as torch ops <- a PyTorch model <- training plans
