@@ -47,9 +47,12 @@ def make_strategy(name: str, **options):
 
 
 def _xgb(**options):
-    from cost_model import XGBRanker
+    from cost_model import CostModelError, XGBRanker
 
-    return XGBRanker(**options)
+    try:
+        return XGBRanker(**options)
+    except CostModelError as e:  # xgboost is not installed
+        raise UserError(str(e)) from None
 
 
 COST_MODELS: dict[str, Callable] = {"xgb": _xgb}

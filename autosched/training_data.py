@@ -71,7 +71,7 @@ def train_model(db_url: str, op_files: list[str], target_kind: str, rounds: int 
     `target_kind` in the database at `db_url` whose workload one of `op_files` defines:
     (model, TransferReport). Candidates replay in `space_factory(task, target)`. A
     database with nothing usable, or with no ranking signal, is a UserError."""
-    from cost_model import FeatureConfig, XGBRanker
+    from cost_model import CostModelError, FeatureConfig, XGBRanker
 
     report = TransferReport()
     db = open_database(db_url, create=False)  # a mistyped path must not make a new file
@@ -84,7 +84,10 @@ def train_model(db_url: str, op_files: list[str], target_kind: str, rounds: int 
     if not groups:
         raise UserError(f"{url}: no usable {target_kind} records "
                         f"(skipped: {report.skipped_records or 'none'})")
-    model = XGBRanker(features=FeatureConfig(target_kind=target_kind)).for_transfer(rounds)
+    try:
+        model = XGBRanker(features=FeatureConfig(target_kind=target_kind)).for_transfer(rounds)
+    except CostModelError as e:  # xgboost is not installed
+        raise UserError(str(e)) from None
     train_from_records(groups, None, report=report, model=model, space_factory=space_factory)
     if not model.trained:
         raise UserError("records carry no ranking signal (each task needs two candidates "

@@ -24,6 +24,7 @@ feature configuration: never pickle.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -61,6 +62,12 @@ DEFAULT_PARAMS = {
 }
 
 
+# Two distributions install the module (installing both breaks it), so autosched depends
+# on neither and names the extras that pick one.
+MISSING_XGBOOST = ("the XGBoost cost model needs the xgboost module: pip install "
+                   "'autosched[xgboost-cpu]' (or 'autosched[xgboost]', with GPU support)")
+
+
 def sidecar_path(path: str) -> str:
     """`model.json` -> `model.meta.json` (the feature config and training summary)."""
     root, ext = os.path.splitext(path)
@@ -90,6 +97,8 @@ class XGBRanker:
 
     def __init__(self, features: FeatureConfig | None = None, rounds: int = 80,
                  params: dict | None = None, seed: int = 0):
+        if importlib.util.find_spec("xgboost") is None:  # now, not after a measured batch
+            raise CostModelError(MISSING_XGBOOST)
         self.config = features or FeatureConfig()
         self.rounds = int(rounds)
         self.params = dict(DEFAULT_PARAMS, seed=int(seed), **(params or {}))

@@ -59,11 +59,15 @@ class PostgresDatabase(SqlDatabase):
     def __init__(self, url: str, *, upgrade: bool = False, create: bool = True,
                  pool_size: int = 4, connect_timeout: int = 10,
                  reconnect_timeout: float = 30.0):
-        import psycopg
-        from psycopg_pool import ConnectionPool
-
         from .urls import mask_password
 
+        try:  # an optional extra: a SQLite-only install does without it
+            import psycopg
+            from psycopg_pool import ConnectionPool
+        except ImportError as e:
+            raise UserError(f"--db {mask_password(url)}: PostgreSQL needs psycopg and "
+                            f"psycopg-pool ({(str(e).splitlines() or [''])[0]}): "
+                            "pip install 'autosched[postgres]'") from None
         self.url = mask_password(url)
         self._secret = _password(url)
         self.reconnect_timeout = reconnect_timeout
