@@ -53,12 +53,28 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        "file (duplicates are skipped; a bad line imports nothing)")
     i.add_argument("file", help="JSON-lines file, '-' for standard input")
 
-    e = sub.add_parser("export", parents=[common], help="write records as JSON lines")
+    e = sub.add_parser("export", parents=[common], help="write records as JSON lines, "
+                       "or as a MetaSchedule database (--format metaschedule)")
     e.add_argument("-o", "--output", default="-", metavar="FILE",
-                   help="output file (default: standard output)")
+                   help="output file, or the directory of --format metaschedule "
+                   "(default: standard output)")
+    e.add_argument("--format", choices=("jsonl", "metaschedule"), default="jsonl",
+                   help="jsonl: every record, one JSON line each; metaschedule: the "
+                   "fastest correct record of each task whose schedule MetaSchedule can "
+                   "replay, as a JSONDatabase (database_workload.json, "
+                   "database_tuning_record.json)")
     e.add_argument("--task-key", action="append", default=[], metavar="KEY")
     e.add_argument("--workload", action="append", default=[], metavar="NAME")
+    e.add_argument("--target-key", metavar="JSON", help="only this exact target config")
+    e.add_argument("--hardware-key", metavar="KEY", help="only this machine fingerprint")
     e.add_argument("--ok-only", action="store_true", help="only correct records")
+    e.add_argument("--op-file", action="append", default=[], metavar="FILE",
+                   help="metaschedule: an op file defining the records' workloads "
+                   "(repeatable; the database keeps their names, not their definitions)")
+    e.add_argument("--top", type=_positive, default=1, metavar="N",
+                   help="metaschedule: the N fastest exportable records of each task")
+    e.add_argument("--all", action="store_true", help="metaschedule: every exportable "
+                   "correct record of each task")
 
     pr = sub.add_parser("prune", parents=[common], help="keep the N fastest correct "
                         "records per task, target, machine and version; drop the rest")
@@ -184,16 +200,40 @@ def _export(db, args) -> int:
 
     keys = _task_keys(db, args.task_key, args.workload) if (args.task_key or
                                                              args.workload) else [None]
+    if args.format == "metaschedule":
+        return _export_metaschedule(db, args, keys)
+    if args.op_file or args.all or args.top != 1:
+        raise UserError("db export: --op-file, --top and --all are for --format "
+                        "metaschedule")
 
     def records():
         for key in keys:
-            yield from db.iter_records(task_key=key, ok_only=args.ok_only)
+            yield from db.iter_records(task_key=key, ok_only=args.ok_only,
+                                       target_key=args.target_key,
+                                       hardware_key=args.hardware_key)
 
     n = write_records(records(), args.output)
     if args.output != "-":
         print(f"exported {n} records from {db.url} to {args.output}")
     else:
         print(f"exported {n} records from {db.url}", file=sys.stderr)
+    return 0
+
+
+def _export_metaschedule(db, args, keys) -> int:
+    from ..metaschedule_export import export_metaschedule
+
+    if args.output == "-":
+        raise UserError("db export --format metaschedule writes a directory: name it "
+                        "with -o DIR")
+    if args.all and args.top != 1:
+        raise UserError("db export: --top N and --all exclude each other")
+    summary = export_metaschedule(db, args.op_file, args.output,
+                                  task_keys=[k for k in keys if k is not None],
+                                  target_key=args.target_key,
+                                  hardware_key=args.hardware_key,
+                                  top=None if args.all else args.top)
+    print(summary.line(db.url))
     return 0
 
 
