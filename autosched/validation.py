@@ -3,8 +3,9 @@
 Run before the database is opened or anything is built, so bad input costs the user one
 line and exit code 2, never a run of failing builds recorded as the candidates' fault.
 Two stages: `check_tensors` on a workload's TE tensors (concrete, positive, integer
-shapes; unique names), and `check_task` on a Task for a target (dtypes TVM can build
-there; inputs and outputs that fit in the memory of the machine that runs them).
+shapes; no tensor returned twice), and `check_task` on a Task for a target (dtypes TVM
+can build there; inputs and outputs that fit in the memory of the machine that runs
+them).
 """
 from __future__ import annotations
 
@@ -38,16 +39,17 @@ CUDA_DEFAULT_MEMORY_GIB = 192
 
 def check_tensors(workload: str, args: dict, tensors) -> None:
     """Raise UserError unless every tensor has a concrete, positive integer shape of
-    sane size and the names are unique (they name the kernel's arguments)."""
+    sane size and no tensor is returned twice (a kernel argument is one buffer). Two
+    tensors of one name are fine: names are labels (see `distinct_names`)."""
     from tvm import tirx
 
-    seen = set()
+    seen = []
     for t in tensors:
         name = t.op.name
-        if name in seen:
-            raise UserError(f"workload '{workload}': two tensors are named {name!r}; give "
-                            "each input and output its own name")
-        seen.add(name)
+        if any(t.op.same_as(s.op) and t.value_index == s.value_index for s in seen):
+            raise UserError(f"workload '{workload}': tensor {name!r} is returned twice; "
+                            "return each input and output once")
+        seen.append(t)
         for axis, dim in enumerate(t.shape):
             if not isinstance(dim, tirx.IntImm):
                 kind = "non-integer" if isinstance(dim, tirx.FloatImm) else "symbolic"
@@ -60,6 +62,24 @@ def check_tensors(workload: str, args: dict, tensors) -> None:
                 raise UserError(f"workload '{workload}': tensor {name!r} axis {axis} "
                                 f"is {int(dim.value)}{_culprit(args, int(dim.value))}; "
                                 f"each dimension must be between 1 and {MAX_DIM}")
+
+
+def distinct_names(names: list[str], taken=()) -> list[str]:
+    """`names` (of a kernel's arguments, in order) with each repeat renamed: the first of
+    a name keeps it, the next ones become NAME_1, NAME_2, ..., skipping any name in
+    `names` or `taken` (the computation's other tensors) and any given before. The same
+    names always give the same result; names without repeats come back unchanged."""
+    used = set(names) | set(taken)
+    out, given = [], set()
+    for name in names:
+        new, i = name, 0
+        while new in given or (i and new in used):
+            i += 1
+            new = f"{name}_{i}"
+        given.add(new)
+        used.add(new)
+        out.append(new)
+    return out
 
 
 def check_inputs_returned(workload: str, inputs, outputs) -> None:

@@ -8,6 +8,7 @@ and `load_op_file` collects the marked ones.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -16,7 +17,9 @@ from .errors import UserError
 from .task import Task, TensorSpec
 from .time_limit import time_limit
 from .user_file import first_line, run_user_file
-from .validation import check_args, check_inputs_returned, check_tensors
+from .validation import check_args, check_inputs_returned, check_tensors, distinct_names
+
+log = logging.getLogger("autosched.workload")
 
 _MARK = "__autosched_workload__"
 
@@ -155,15 +158,20 @@ def check_overrides_known(defs: list[WorkloadDef], overrides: list[tuple[str, st
             raise UserError(f"unknown --arg {key!r}; parameters are: {', '.join(sorted(known))}")
 
 
-def make_task(wdef: WorkloadDef, args: dict, timeout_s: float | None = LOAD_TIMEOUT_S) -> Task:
-    """Call the workload with `args` and build its Task (PrimFunc, FLOPs, key); the call
-    must return within `timeout_s` seconds (None: no limit)."""
+def make_task(wdef: WorkloadDef | Callable, args: dict,
+              timeout_s: float | None = LOAD_TIMEOUT_S) -> Task:
+    """Call the workload (a WorkloadDef, or a function marked with `@workload`) with
+    `args` and build its Task (PrimFunc, FLOPs, key); the call must return within
+    `timeout_s` seconds (None: no limit)."""
     from tvm import te
 
     from .canonical import canonical_text, task_key
 
+    if not isinstance(wdef, WorkloadDef):
+        wdef = _definition(wdef)  # a function marked with @workload
     with time_limit(timeout_s, f"workload '{wdef.name}' with {args}"):
         inputs, outputs = _build(wdef, args)
+    inputs, outputs, names = _distinctly_named(wdef.name, inputs, outputs)
     try:
         func = te.create_prim_func(inputs + outputs).with_attr("global_symbol", "main")
     except Exception as e:  # e.g. an output reads a placeholder the workload did not return
@@ -174,8 +182,8 @@ def make_task(wdef: WorkloadDef, args: dict, timeout_s: float | None = LOAD_TIME
         workload=wdef.name,
         args=dict(args),
         func=func,
-        inputs=tuple(_spec(t) for t in inputs),
-        outputs=tuple(_spec(t) for t in outputs),
+        inputs=tuple(_spec(t, n) for t, n in zip(inputs, names)),
+        outputs=tuple(_spec(t, n) for t, n in zip(outputs, names[len(inputs):])),
         flops=_flops(func),
         key=task_key(canonical, args),
         canonical=canonical,
@@ -209,8 +217,97 @@ def _build(wdef: WorkloadDef, args: dict) -> tuple[list, list]:
     return inputs, outputs
 
 
-def _spec(t) -> TensorSpec:
-    return TensorSpec(t.op.name, tuple(int(s) for s in t.shape), str(t.dtype))
+def _spec(t, name: str) -> TensorSpec:
+    return TensorSpec(name, tuple(int(s) for s in t.shape), str(t.dtype))
+
+
+# (workload, renaming) pairs already told, so that a workload made again (export, other
+# shapes) is not announced again
+_TOLD: set = set()
+
+
+def _distinctly_named(workload: str, inputs: list, outputs: list) -> tuple[list, list, list]:
+    """(inputs, outputs, argument names) with every argument's name its own: names are
+    labels, and the kernel's arguments (the torch op's, the manifest's, the reference
+    data's) need distinct ones. Repeats are renamed by `distinct_names`, away from every
+    tensor name of the computation, and the computation is rebuilt with the new names
+    (the same arithmetic: the task key does not change). The user is told once."""
+    args = inputs + outputs
+    names = [t.op.name for t in args]
+    new = distinct_names(names, {op.name for op in _ops(outputs)})
+    if new == names:
+        return inputs, outputs, names
+    changes = tuple((i, old, n) for i, (old, n) in enumerate(zip(names, new)) if old != n)
+    if (workload, changes) not in _TOLD:
+        _TOLD.add((workload, changes))
+        log.warning("workload '%s': tensors share a name; kernel arguments renamed: %s",
+                    workload, ", ".join(f"#{i + 1} {old!r} -> {n!r}" for i, old, n in changes))
+    # an op with several outputs keeps its name (TVM names their buffers NAME.v0, ...)
+    rename = {args[i].op: n for i, _, n in changes if args[i].op.num_outputs == 1}
+    renamed = _rebuilt(workload, outputs, rename)
+    args = [renamed(t) for t in args]
+    return args[: len(inputs)], args[len(inputs):], new
+
+
+def _ops(outputs) -> list:
+    """The operations computing `outputs`, each after the ones it reads."""
+    order, seen = [], set()
+
+    def visit(op):
+        if op not in seen:
+            seen.add(op)
+            for t in op.input_tensors:
+                visit(t.op)
+            order.append(op)
+
+    for t in outputs:
+        visit(t.op)
+    return order
+
+
+def _rebuilt(workload: str, outputs, rename: dict):
+    """A map from each tensor of the computation to its twin in a copy where the ops of
+    `rename` carry their new names (only what they feed is rebuilt)."""
+    from tvm import te
+    from tvm.te import _ffi_api
+
+    new: dict = {}
+
+    def twin(t):
+        op = new.get(t.op)
+        return t if op is None else op.output(t.value_index)
+
+    for op in _ops(outputs):
+        if op not in rename and not any(t.op in new for t in op.input_tensors):
+            continue
+        name, kind = rename.get(op, op.name), type(op).__name__
+        if kind == "PlaceholderOp":
+            new[op] = te.placeholder(op.shape, op.dtype, name).op
+        elif kind == "ComputeOp":
+            new[op] = _ffi_api.ComputeOp(name, op.tag, op.attrs, op.axis, _body(op, twin))
+        else:
+            raise UserError(f"workload '{workload}': tensor {op.name!r} is made by a "
+                            f"{kind}, which cannot be renamed; give each input and output "
+                            "its own name")
+    return twin
+
+
+def _body(op, twin) -> list:
+    """The body of the ComputeOp `op` reading `twin(t)` for each tensor t it reads."""
+    import tvm_ffi
+    from tvm import te, tirx
+
+    def swap(e):
+        return tvm_ffi.structural_map(e, ((te.Tensor, twin),), order="pre")
+
+    body = list(op.body)
+    if len(body) > 1 and isinstance(body[0], tirx.Reduce):
+        # the outputs of one reduction (an argmax's index and value) must share it
+        r = body[0]
+        source, condition, init = swap(r.source), swap(r.condition), swap(r.init)
+        return [tirx.Reduce(r.combiner, source, r.axis, condition, b.value_index, init)
+                for b in body]
+    return [swap(b) for b in body]
 
 
 def _flops(func) -> float:

@@ -80,9 +80,6 @@ CASES = {
     "returns_string": (_workload('return "A", "B"'), [], ("tune",), ["TE tensors"]),
     "returns_only_inputs": (_workload('return te.placeholder((M,), name="A")'), [], ("tune",),
                             ["computed output"]),
-    "duplicate_tensor_names": (_workload('A = te.placeholder((M,), name="X")\n'
-                                         'return A, te.compute((M,), lambda i: A[i], name="X")'),
-                               [], ("tune", "dry"), ["'X'"]),
     "same_tensor_twice": (_workload('A = te.placeholder((M,), name="A")\n'
                                     'return A, A, te.compute((M,), lambda i: A[i], name="B")'),
                           [], ("tune",), ["'A'"]),
