@@ -21,7 +21,10 @@ import math
 from tvm import te
 
 import autosched
+from autosched.model.te_ops import gelu as model_gelu
+from autosched.model.te_ops import gelu_backward as model_gelu_backward
 from autosched.model.te_ops import layer_norm as row_layer_norm
+from autosched.model.te_ops import linear as model_linear
 from autosched.model.te_ops import row_mean, row_stats, softmax_backward
 from autosched.model.te_ops import softmax as row_softmax
 
@@ -153,6 +156,29 @@ def gelu_grad(M=128, N=256, dtype="float32"):
         return dy[i, j] * d
 
     return x, dy, te.compute((M, N), f, name="dx")
+
+
+# ---------------------------------------------------------------- GELU, exact (erf)
+
+@autosched.workload(
+    variants=ROW_SHAPES,
+    backward={"x": {"workload": "gelu_exact_grad", "inputs": ["grad:y", "x"]}},
+    torch_reference="nn_reference:gelu_exact")
+def gelu_exact(M=128, N=256, dtype="float32"):
+    """y = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)): torch's default `nn.GELU()`."""
+    return model_gelu(M, N, "none", dtype)
+
+
+@autosched.workload(variants=ROW_SHAPES, torch_reference="nn_reference:gelu_exact_grad")
+def gelu_exact_grad(M=128, N=256, dtype="float32"):
+    """dx = dy (Phi(x) + x phi(x)): aten.gelu_backward of the exact GELU."""
+    return model_gelu_backward(M, N, "none", dtype)
+
+
+@autosched.workload(variants=LINEAR_SHAPES, torch_reference="nn_reference:linear_gelu_exact")
+def linear_gelu_exact(M=128, N=256, K=64, dtype="float32"):
+    """y = GELU(x @ w.T + b), the exact GELU fused as the epilogue of `linear`."""
+    return model_linear(M, N, K, "gelu", dtype)
 
 
 # ---------------------------------------------------------------- softmax over rows

@@ -49,6 +49,18 @@ def gelu_grad(x, dy):
     return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
 
 
+def gelu_exact(x):
+    return torch.nn.functional.gelu(x)
+
+
+def gelu_exact_grad(dy, x):
+    return torch.ops.aten.gelu_backward(dy, x)
+
+
+def linear_gelu_exact(x, w, b):
+    return torch.nn.functional.gelu(x @ w.t() + b)
+
+
 def softmax(x):
     return torch.softmax(x, dim=-1)
 

@@ -1,9 +1,14 @@
-"""Vectorisable float32 exp and tanh, and the rewrite that puts them into a computation.
+"""Vectorisable float32 transcendental functions, and the rewrite that puts them into a
+computation.
 
-On the CPU, TVM lowers `exp` (and `tanh`, through exp) to calls of the C library's
-scalar `expf`, one element at a time, even inside a vectorised loop: softmax spends most
-of its time there. The expressions here use only arithmetic, `floor`, comparisons and a bit
-reinterpretation, so a vectorised loop stays vectorised:
+On the CPU, TVM lowers `exp`, `tanh`, `log`, `sigmoid` (as 1 / (1 + exp(-x))) and `pow` to
+calls of the C library's scalar `expf` / `logf` / `powf`, one element at a time, even
+inside a vectorised loop, and its VectorizeLoop scalarises a whole loop that holds `erf`
+or `rsqrt`: softmax, exact GELU and its gradient spend most of their time there (`sqrt`
+and `fabs` have vector instructions and need nothing). The expressions here use only
+arithmetic, `floor`, min / max, comparisons and bit reinterpretation, so a vectorised
+loop stays vectorised. Errors are relative, against float64, over every 61st float32 bit
+pattern of both signs (tests/space_cpu/test_fast_math*.py test the bounds):
 
 * exp(x) = 2^k * p(r), k = round(x / ln 2), r = x - k ln 2 (ln 2 in two parts, so r is
   exact), |r| <= ln(2)/2 and p the degree-7 Taylor polynomial of e^r (remainder below
@@ -16,12 +21,27 @@ reinterpretation, so a vectorised loop stays vectorised:
   tested (the C library's expf: 6e-8).
 * tanh(x) = x - x^3/3 + 2x^5/15 - 17x^7/315 + 62x^9/2835 for |x| < 0.3, else
   sign(x) (1 - 2 / (1 + exp(2|x|))): relative error 2.5e-7 measured, 1e-6 tested.
+* erf(x) = x + x P(x^2) for |x| < 0.9, else sign(x) (1 - e^Q(|x|)), Q fitting
+  log(erfc) on [0.9, 4] (|x| clamped to 4: erf rounds to 1 from 3.92): 8.4e-8
+  measured, 1.5e-7 tested; a subnormal result within one unit of its last place.
+* log(x) = k ln 2 + log(1 + f), x = 2^k (1 + f) with 1 + f in [sqrt(1/2), sqrt(2)) read
+  from the bits (a subnormal x scaled by 2^23 first), log(1 + f) = f - f^2/2 + f^3 P(f):
+  1.3e-7 measured, 2e-7 tested; 0 -> -inf, +inf -> +inf, x < 0 or NaN -> NaN.
+* sigmoid(x) = 1 / (1 + exp(-x)) with the exp above: 1.4e-7 measured, 2e-7
+  tested down to results of FLT_MIN (x >= -87.3), 0 or a subnormal below that.
+* rsqrt(x) = 1 / sqrt(x), which is what TVM lowers it to: exact, only vectorisable.
+* pow(x, y): products for a constant integer exponent up to 8 in magnitude, sqrt for
+  +-1/2, else exp(y log|x|) with the sign and the C99 special cases; its error is that
+  of log scaled by |y log x|: at most 1.2e-7 (1 + |y ln x|) measured on 400K random
+  pairs, 2e-7 (1 + |y ln x|) tested. Not for large |y log x| where the last bits matter.
 
-`fast_math_form(func)` rewrites a task's PrimFunc, replacing every call of `exp` and
-`tanh` on a float32 argument with these forms, so the search can choose it as a
+`fast_math_form(func)` rewrites a task's PrimFunc, replacing every call of these
+functions on float32 arguments with these forms, so the search can choose it as a
 schedule decision (`fast_math`) while the task (its key and reference) stays the exact
 computation. Other dtypes keep the library functions. Nothing outside the function is
-touched: `te.exp`, `tirx.exp` and the rest stay what they are.
+touched: `te.exp`, `tirx.exp` and the rest stay what they are. A sketch offers the decision
+where its target has no fast native form (`Sketch.math_variants`): the CPU's do, while
+CUDA's keep erff / logf / expf / powf / rsqrtf, which the device computes natively.
 
 Every value a form uses more than once (its argument, the clamped x, k, r, |x|) is bound
 once by a TIR `Let`. Written as a tree instead, one tanh holds about 400 copies of its
@@ -29,7 +49,7 @@ argument, a GELU epilogue's store grows to ~60K characters, UnrollLoop copies it
 unrolled element, and TVM's TIR passes then spent seconds per candidate on it (11 s a
 trial for dense + bias + GELU). A Let's body uses the variable, so no Let node is
 ever duplicated by a form; a call occurring twice is rewritten once per occurrence,
-each with its own variables.
+each with its own variables. Clamps are min / max, not Select (see `_at_most`).
 """
 from __future__ import annotations
 
@@ -53,11 +73,21 @@ def _f32(v):
 
 
 def _at_most(x, hi: float):
-    """min(x, hi) with a NaN kept: the bound is taken only when `hi < x` holds, and
-    every comparison with NaN fails (one vector min on x86)."""
+    """min(x, hi) with a NaN kept: TVM's `min(a, b)` is `a < b ? a : b`, and every
+    comparison with NaN fails, so a NaN x is taken (one vector min on x86). A `min`,
+    not a `Select`: TVM's passes simplify a Select's arms under its condition, and
+    with Let values substituted that costs time exponential in the depth of Selects
+    nested through Lets (eight such levels took minutes to build)."""
     from tvm import tirx
 
-    return tirx.Select(_f32(hi) < x, _f32(hi), x)
+    return tirx.min(_f32(hi), x)
+
+
+def _at_least(x, lo: float):
+    """max(x, lo) with a NaN kept (see `_at_most`)."""
+    from tvm import tirx
+
+    return tirx.max(_f32(lo), x)
 
 
 def _bound(value, name: str, body):
@@ -73,11 +103,8 @@ def _bound(value, name: str, body):
 
 def _clamp(x, lo: float, hi: float, body):
     """`body` of x limited to [lo, hi], a NaN kept (see `_at_most`)."""
-    from tvm import tirx
-
     return _bound(x, "x", lambda x: _bound(
-        _at_most(x, hi), "high",
-        lambda high: _bound(tirx.Select(high < _f32(lo), _f32(lo), high), "clamped", body)))
+        _at_most(x, hi), "high", lambda high: _bound(_at_least(high, lo), "clamped", body)))
 
 
 def fast_exp(x):
@@ -129,12 +156,162 @@ def _tanh(x, ax):
     return tirx.Select(ax < _f32(_TANH_SMALL), small, signed)
 
 
-_FAST_FORMS = {"tirx.exp": fast_exp, "tirx.tanh": fast_tanh}
+# erf(x) = x + x P(x^2) for |x| < 0.9, and sign(x) (1 - e^Q(|x|)) above, Q(t) fitting
+# log(erfc(t)) on [0.9, 4] (4 clamps |x|: erf rounds to 1 beyond 3.92); both fitted for
+# relative error (Lawson's weighted least squares), coefficients rounded to float32
+_ERF_SPLIT, _ERF_CLAMP = 0.9, 4.0
+_ERF_SMALL = (0.12837915122509003, -0.3761252462863922, 0.11282140761613846,
+              -0.02677890844643116, 0.005011963192373514, -0.0006090360111556947)
+_ERF_LARGE = (0.0001692003133939579, -1.1294883489608765, -0.6334009170532227,
+              -0.10822033137083054, 0.02508058026432991, -0.004156240727752447,
+              0.0004313905374146998, -2.0828350898227654e-05)
+# log(1 + f) = f - f^2 / 2 + f^3 P(f) for f in [sqrt(1/2) - 1, sqrt(2) - 1]
+_LOG_SERIES = (0.3333333134651184, -0.250008225440979, 0.20001226663589478,
+               -0.16623355448246002, 0.14201761782169342, -0.13160200417041779,
+               0.12761564552783966, -0.07634430378675461)
+_SQRT_HALF_BITS = 0x3F3504F3           # float32 sqrt(1/2)
+_FLT_MIN_BITS = 0x00800000             # float32 FLT_MIN, the smallest normal number
+_POW_MULTIPLY = 8                      # x^n for a constant integer |n| <= 8: products
+
+
+def _poly(coefs, v):
+    """coefs[0] + coefs[1] v + ... by Horner's rule."""
+    p = _f32(coefs[-1])
+    for c in reversed(coefs[:-1]):
+        p = p * v + _f32(c)
+    return p
+
+
+def fast_erf(x):
+    """erf(x) for a float32 expression, as vectorisable arithmetic."""
+    from tvm import tirx
+
+    def erf(x, ax):
+        small = _bound(x * x, "s", lambda s: x + x * _poly(_ERF_SMALL, s))
+        # NaN: |x| < split fails, the clamp keeps it, and the select takes its second arm
+        big = _bound(_at_most(ax, _ERF_CLAMP), "t", lambda t: _bound(
+            _f32(1.0) - fast_exp(_poly(_ERF_LARGE, t)), "big",
+            lambda big: tirx.Select(x < _f32(0.0), -big, big)))
+        return tirx.Select(ax < _f32(_ERF_SPLIT), small, big)
+
+    return _bound(x, "x", lambda x: _bound(tirx.abs(x), "ax", lambda ax: erf(x, ax)))
+
+
+def fast_log(x):
+    """The natural logarithm of a float32 expression, as vectorisable arithmetic."""
+    return _bound(x, "x", _log)
+
+
+def _log(x):
+    """log of the variable x: x = 2^k m with m in [sqrt(1/2), sqrt(2)), read from the
+    bits (a subnormal x is first scaled by 2^23), then k ln 2 + log(1 + f), f = m - 1
+    exact; 0 -> -inf, +inf -> +inf, negative or NaN -> NaN."""
+    from tvm import tirx
+
+    i32 = lambda v: tirx.const(v, "int32")  # noqa: E731
+    # 1 for a subnormal x (bits below those of FLT_MIN), else 0, as a number: a Select,
+    # or a cast of a comparison, fails in TVM's passes here (see `_at_most`)
+    def from_raw(raw):
+        tiny = i32(0) - ((raw - i32(_FLT_MIN_BITS)) >> i32(31))
+        return _bound(tiny, "tiny", lambda tiny: _bound(tirx.reinterpret(
+            "int32", x * tirx.reinterpret("float32", (i32(127) + i32(23) * tiny) << i32(23))),
+            "bits", lambda bits: from_bits(bits, tiny)))
+
+    def from_bits(bits, tiny):
+        return _bound((bits - i32(_SQRT_HALF_BITS)) >> i32(23), "k", lambda k: _bound(
+            tirx.reinterpret("float32", bits - (k << i32(23))) - _f32(1.0), "f",
+            lambda f: _bound((k - i32(23) * tiny).astype("float32"), "kf",
+                             lambda kf: _log_parts(kf, f))))
+
+    finite = _bound(tirx.reinterpret("int32", x), "raw", from_raw)
+    special = tirx.Select(x == _f32(0.0), _f32(-math.inf), _f32(math.nan))
+    return tirx.Select(_f32(0.0) < x, tirx.Select(x < _f32(math.inf), finite, x), special)
+
+
+def _log_parts(kf, f):
+    """k ln 2 + log(1 + f), ln 2 in two parts (k ln2_hi is exact)."""
+    return _bound(f * f, "f2", lambda f2: kf * _f32(_LN2_HI) + (
+        kf * _f32(_LN2_LO) + (f - _f32(0.5) * f2 + f2 * f * _poly(_LOG_SERIES, f))))
+
+
+def fast_sigmoid(x):
+    """1 / (1 + e^-x) for a float32 expression (how TVM lowers sigmoid), with `fast_exp`."""
+    return _f32(1.0) / (_f32(1.0) + fast_exp(-x))
+
+
+def fast_rsqrt(x):
+    """1 / sqrt(x): what TVM lowers rsqrt to, written so that a loop holding it is
+    vectorised (TVM's VectorizeLoop scalarises a loop with an `rsqrt` call; `sqrt`
+    and division have vector instructions). Exact: the same arithmetic."""
+    from tvm import tirx
+
+    return _f32(1.0) / tirx.sqrt(x)
+
+
+def fast_pow(x, y):
+    """x^y for float32 expressions: products for a constant integer exponent up to 8
+    in magnitude, `sqrt` for a constant +-1/2, else exp(y log|x|) with `fast_exp` and
+    `fast_log`, its sign from x and y, and the C library's special cases (x^0 = 1^y = 1,
+    NaN included; (-1)^inf = 1; a finite negative x to a non-integer power is NaN;
+    signed zeros and infinities as C99 says). The relative error of the general form
+    grows with |y log x| (the error of log is scaled by it). The +-1/2 forms keep
+    sqrt's own values at -0 and -inf (-0 and NaN, where powf gives +0 and +inf)."""
+    from tvm import tirx
+
+    if isinstance(y, tirx.FloatImm):
+        n = float(y.value)
+        if math.isfinite(n) and n == int(n) and abs(n) <= _POW_MULTIPLY:
+            return _bound(x, "x", lambda x: _power(x, int(n)))
+        if abs(n) == 0.5:
+            return tirx.sqrt(x) if n > 0 else fast_rsqrt(x)
+    return _bound(x, "x", lambda x: _bound(y, "y", lambda y: _pow(x, y)))
+
+
+def _power(x, n: int):
+    """x^n of the variable x for an integer n by repeated squaring."""
+    if n < 0:
+        return _f32(1.0) / _power(x, -n)
+    if n == 0:
+        return _f32(1.0)
+    if n == 1:
+        return x
+    half = _bound(x * x, "sq", lambda sq: _power(sq, n // 2))
+    return half * x if n % 2 else half
+
+
+def _pow(x, y):
+    """x^y of the variables x and y (the general form of `fast_pow`)."""
+    from tvm import tirx
+
+    zero, one = _f32(0.0), _f32(1.0)
+    integer = tirx.floor(y) == y
+    odd = tirx.floor(y * _f32(0.5)) != y * _f32(0.5)
+    # a set sign bit: -0 and -inf too, whose powers keep the sign for an odd integer
+    # and are +0 / +inf for any other y
+    signed = tirx.reinterpret("int32", x) < tirx.const(0, "int32")
+    finite_negative = tirx.Select(_f32(-math.inf) < x, x < zero, tirx.const(False, "bool"))
+
+    def with_sign(mag):
+        other = tirx.Select(finite_negative, _f32(math.nan), mag)
+        value = tirx.Select(signed, tirx.Select(integer, tirx.Select(odd, -mag, mag), other),
+                            mag)
+        # |x| = 1: y log|x| is NaN for an infinite y, and 1^y = (-1)^(+-inf) = 1
+        unit = tirx.Select(x == one, one, tirx.Select(
+            integer, tirx.Select(odd, -one, one), _f32(math.nan)))
+        return tirx.Select(y == zero, one, tirx.Select(tirx.abs(x) == one, unit, value))
+
+    return _bound(fast_exp(y * fast_log(tirx.abs(x))), "mag", with_sign)
+
+
+_FAST_FORMS = {"tirx.exp": fast_exp, "tirx.tanh": fast_tanh, "tirx.erf": fast_erf,
+               "tirx.log": fast_log, "tirx.sigmoid": fast_sigmoid,
+               "tirx.rsqrt": fast_rsqrt, "tirx.pow": fast_pow}
 
 
 def fast_math_form(func):
-    """`func` (a PrimFunc) with its float32 `exp` / `tanh` calls replaced by `fast_exp` /
-    `fast_tanh`, or None when it has none (the fast form would be the same function)."""
+    """`func` (a PrimFunc) with its float32 calls of the functions in `_FAST_FORMS`
+    replaced by their fast forms, or None when it has none (the fast form would be the
+    same function)."""
     import tvm
     import tvm_ffi
 
@@ -142,10 +319,10 @@ def fast_math_form(func):
 
     def rewrite(call):
         fast = _FAST_FORMS.get(str(call.op.name)) if isinstance(call.op, tvm.ir.Op) else None
-        if fast is None or len(call.args) != 1 or expr_dtype(call.args[0]) != "float32":
+        if fast is None or any(expr_dtype(a) != "float32" for a in call.args):
             return call
         replaced.append(call)
-        return fast(call.args[0])
+        return fast(*call.args)
 
     # post-order: a call's argument is rewritten before the call (exp(tanh(x)))
     fast = tvm_ffi.structural_map(func, ((tvm.ir.Call, rewrite),), order="post")
