@@ -17,15 +17,18 @@ from ..blocks import blocks
 from ..decisions import Decider
 from ..sketch import DefaultSketch
 from .common import CpuParams
+from .general import general_sketches
 from .limits import check_stack
 from .microkernel import microkernel_sketches
 from .one_pass_rows import one_pass_sketches
 from .reduction import row_sketches
+from .split_reduction import split_reduction_sketches
 from .tiling import tile_sketches
 
 # What each sketch family offers a task: f(unscheduled schedule, its blocks' analyses,
 # CpuParams) -> the sketches that fit. A new CPU sketch adds its finder here.
-SKETCH_FINDERS = (tile_sketches, microkernel_sketches, row_sketches, one_pass_sketches)
+SKETCH_FINDERS = (tile_sketches, microkernel_sketches, row_sketches, one_pass_sketches,
+                  split_reduction_sketches, general_sketches)
 
 
 def _applies(task, sketch) -> bool:

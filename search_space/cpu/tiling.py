@@ -82,7 +82,7 @@ def tile_sketches(sch, infos, params: CpuParams) -> list[TileSketch]:
     one is worth packing (`sch` is the unscheduled program, `infos` its blocks)."""
     found = []
     for name, packed in (("tile", False), ("tile_pack", True)):
-        plans = _tile_plans(sch, infos, packed)
+        plans = contraction_plans(sch, infos, packed)
         if plans:
             keep = frozenset(p.block for p in plans).union(*(p.chain for p in plans),
                                                           _branchy_inputs(sch, plans))
@@ -90,7 +90,9 @@ def tile_sketches(sch, infos, params: CpuParams) -> list[TileSketch]:
     return found
 
 
-def _tile_plans(sch, infos, packed: bool) -> tuple[TilePlan, ...] | None:
+def contraction_plans(sch, infos, packed: bool) -> tuple[TilePlan, ...] | None:
+    """A plan per contraction block with a vector axis (and, `packed`, an operand
+    worth packing); None when there is none."""
     params = param_buffers(sch)
     plans = []
     for info in infos:
@@ -124,10 +126,26 @@ def _branchy_inputs(sch, plans) -> set[str]:
 
 def _decide_tiles(decide: Decider, info, plan: TilePlan, params: CpuParams) -> dict:
     """Tile factors per iter var (extent-1 iter vars get none)."""
-    p = plan.block
     vec = next(v for v in info.spatial if v.name == plan.vec_iter)
+    tiles = register_tiles(decide, info, vec, params, plan.block)
+    tiles.update(decide_reduce_tiles(decide, info, plan.block))
+    return tiles
+
+
+def register_tiles(decide: Decider, info, vec, params: CpuParams, p: str,
+                   reads=None) -> dict:
+    """Four-level tiles of the spatial axes: the vector axis `vec` (its innermost
+    factor whole vectors when the extent allows), then the register tile of the
+    others (`_register_tile`; `reads` are the accesses that decide reuse, by default
+    the block's read regions)."""
     tiles = {vec.name: vector_tile(decide, f"{p}.{vec.name}", vec.extent, 4, params)}
-    tiles.update(_register_tile(decide, info, vec, tiles[vec.name][-1], params, p))
+    tiles.update(_register_tile(decide, info, vec, tiles[vec.name][-1], params, p, reads))
+    return tiles
+
+
+def decide_reduce_tiles(decide: Decider, info, p: str) -> dict:
+    """Two-level tiles of the reduce axes (extent-1 axes get none)."""
+    tiles = {}
     # A short reduction (a depthwise 3x3) is never blocked: R1 takes all of it, so
     # the accumulators are loaded and stored once per output tile.
     blocked = _product_of(v.extent for v in info.reduce) > _SHORT_REDUCTION
@@ -151,7 +169,8 @@ def _reused_along(access, var: str) -> bool:
                for used, exact in zip(access.uses, access.exact))
 
 
-def _register_tile(decide: Decider, info, vec, vec_inner: int, params: CpuParams, p: str):
+def _register_tile(decide: Decider, info, vec, vec_inner: int, params: CpuParams, p: str,
+                   reads=None):
     """Tiles of the spatial axes besides the vector one. Their innermost factors span
     the register tile: between `min_accumulators` and `max_accumulators` vectors
     (one register each) when the extents allow; a decision each, and the outer three
@@ -161,7 +180,8 @@ def _register_tile(decide: Decider, info, vec, vec_inner: int, params: CpuParams
     # Only an axis along which some vector operand is reused helps: one the operand
     # does not depend on (the rows i of a matmul; not the batch n, whose B differs
     # per n), or only through a sliding window (y + r of a convolution).
-    vector_reads = [a for a in info.reads if vec.name in a.iters()]
+    vector_reads = [a for a in (info.reads if reads is None else reads)
+                    if vec.name in a.iters()]
     others = [v for v in info.spatial if v.name != vec.name and v.extent > 1]
     axes = [v for v in others if any(_reused_along(a, v.name) for a in vector_reads)]
     for v in others:
@@ -245,13 +265,16 @@ def _tile_elems(info, tiles: dict, level: int) -> int:
     return out
 
 
-def _write_stage(sch, block, decide: Decider, plan: TilePlan, tiles: dict, cores: int):
+def write_stage(sch, block, decide: Decider, plan, vec_iter: str, tiles: dict, cores: int):
     """The stage that writes the output tile and the tile level it sits at: the fused
     elementwise consumers when there are some, else (a decision) a cache of the
     accumulator, else none. A cache is forced when the vector axis is not the
-    output's contiguous one: the accumulators then need their own layout."""
+    output's contiguous one: the accumulators then need their own layout. A block
+    with several outputs writes them in place."""
+    if len(plan.info.writes) > 1:
+        return None, 2
     write = plan.info.writes[0]
-    transposed = write.dim_of(plan.vec_iter) not in (None, len(write.uses) - 1)
+    transposed = write.dim_of(vec_iter) not in (None, len(write.uses) - 1)
     if plan.chain:
         stage = fold_chain(sch, plan.chain)
     elif transposed or decide.choice(f"{plan.block}.cache_write", (True, False)):
@@ -266,7 +289,7 @@ def _write_stage(sch, block, decide: Decider, plan: TilePlan, tiles: dict, cores
         small = _tile_elems(plan.info, tiles, level) <= _LOCAL_TILE_ELEMS
         stage = sch.cache_write(block, 0, "local" if small else "global")
     if transposed:
-        vector_last(sch, block, plan.info, plan.vec_iter)
+        vector_last(sch, block, plan.info, vec_iter)
     return stage, level
 
 
@@ -278,7 +301,7 @@ def tile_block(sch, decide: Decider, plan: TilePlan, params: CpuParams) -> set:
     scheduled = {plan.block}
     if plan.pack is not None:  # the packing stage is parallelised with the other root blocks
         pack_operand(sch, block, plan.pack, tiles[plan.vec_iter][-1])
-    write, level = _write_stage(sch, block, decide, plan, tiles, params.cores)
+    write, level = write_stage(sch, block, decide, plan, plan.vec_iter, tiles, params.cores)
     s_groups, r_groups = _split_and_reorder(sch, block, info, tiles, plan.vec_iter)
     if write is not None:
         scheduled.add(sch.get(write).name_hint)

@@ -27,8 +27,9 @@ from .analysis import classify
 from .common import DefaultGpuSketch, SimpleGpuSketch, inline_spatial
 from .limits import GpuLimits, check_module
 from .reduction import FusedRowReductionSketch, RowReductionSketch, fusion_plan
+from .split_reduction import split_reduction_sketches
 from .tensor_core import TensorCoreSketch, tensor_core_blocks
-from .tiling import TiledGpuSketch, can_tile
+from .tiling import TiledGpuSketch, can_tile, tile_roles
 
 class CudaRules:
     """The CUDA rule set (see the module docstring)."""
@@ -40,10 +41,11 @@ class CudaRules:
         out = [DefaultGpuSketch(limits), SimpleGpuSketch(limits)]
         sch = s_tir.Schedule(task.mod)
         roles = classify(sch)
-        if any(can_tile(sch, sch.get_sblock(n)) for n in roles.tiled):
+        if any(can_tile(sch, sch.get_sblock(n)) for n in tile_roles(sch).tiled):
             out.append(TiledGpuSketch(limits))
         if tensor_core_blocks(sch, target):
             out.append(TensorCoreSketch(limits, target))
+        out += split_reduction_sketches(task, limits)
         if roles.rows:
             out.append(RowReductionSketch(limits))
             inline_spatial(sch, roles.spatial)

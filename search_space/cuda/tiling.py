@@ -16,11 +16,14 @@ candidates (or another target's limits) are held to.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..blocks import block_info
 from ..decisions import Decider, divisors
 from ..sketch import Sketch
-from .analysis import (REDUCE, SPATIAL, classify, footprint_bytes, innermost_var_position,
-                       loop_kinds, loop_positions, read_indices, reads)
+from ..tir import free_vars, iter_nodes
+from .analysis import (REDUCE, SPATIAL, TaskBlocks, classify, footprint_bytes,
+                       innermost_var_position, loop_kinds, loop_positions, read_indices, reads)
 from .common import UNROLL_STEPS, annotate_unroll, bind_unbound, inline_spatial
 from .limits import GpuLimits
 from .reduction import cross_thread
@@ -42,6 +45,36 @@ def can_tile(sch, block) -> bool:
             and None not in loop_positions(sch, block))
 
 
+def _loads_reuse(sch, block) -> bool:
+    """Whether some load in the block's value (not of a buffer it writes) misses a
+    spatial variable: its elements serve several outputs. Read one load at a time,
+    unlike the read regions, which merge two loads of one buffer (both patches of a
+    patch distance read X, together at every output)."""
+    stmt = sch.get(block)
+    written = {str(w.source.name) for w in stmt.writes}
+    spatial = [iv.var for iv in stmt.iter_vars
+               if int(iv.iter_type) == 0 and int(iv.dom.extent) > 1]
+    for node in iter_nodes(stmt.body):
+        if type(node).__name__ not in ("TensorLoad", "BufferLoad") \
+                or str(node.source.name) in written:
+            continue
+        used = [v for e in node.indices for v in free_vars(e)]
+        if any(not any(v.same_as(u) for u in used) for v in spatial):
+            return True
+    return False
+
+
+def tile_roles(sch) -> TaskBlocks:
+    """`classify`'s roles, with the reductions whose loads have reuse (a windowed or
+    shifted read that the read regions merge) moved from `rows` to `tiled`."""
+    roles = classify(sch)
+    moved = tuple(n for n in roles.rows if _loads_reuse(sch, sch.get_sblock(n)))
+    if not moved:
+        return roles
+    return replace(roles, tiled=roles.tiled + moved,
+                   rows=tuple(n for n in roles.rows if n not in moved))
+
+
 class TiledGpuSketch(Sketch):
     """Multi-level tiling of the reductions with data reuse; row reductions get a
     cross-thread kernel; the remaining elementwise blocks are inlined or bound."""
@@ -52,7 +85,7 @@ class TiledGpuSketch(Sketch):
         self.limits = limits
 
     def apply(self, sch, decide: Decider) -> None:
-        roles = classify(sch)
+        roles = tile_roles(sch)
         for name in roles.tiled:
             if can_tile(sch, sch.get_sblock(name)):
                 tile_block(sch, name, decide, self.limits)
