@@ -2,18 +2,26 @@
 and the search strategies need: sample, apply (replay), check, mutate."""
 from __future__ import annotations
 
+import logging
 import random
+from collections import Counter
 
 from .candidate import Candidate
 from .decisions import Decider, InvalidCandidate
 from .fast_math import fast_math_form
-from .sketch import RuleSet, Sketch
+from .sketch import DefaultSketch, RuleSet, Sketch
+
+# a logger name, not an import: `autosched -v` configures the `autosched` loggers
+log = logging.getLogger("autosched.search_space")
 
 SPACE_VERSION = "8"
 _MAX_SAMPLE_TRIES = 32
 # Decision specs kept per candidate (a candidate's specs never change: replay is
 # deterministic); the search mutates the same parents again and again.
 _SPECS_KEPT = 4096
+# Samples of a sketch that have all failed, none ever succeeding in this space, after
+# which random sampling stops drawing it (a rule that does not fit this task at all).
+_GIVE_UP_AFTER = 48
 
 
 def _rule_sets() -> dict[str, RuleSet]:
@@ -21,6 +29,24 @@ def _rule_sets() -> dict[str, RuleSet]:
     from . import cpu, cuda
 
     return {"llvm": cpu.RULES, "cuda": cuda.RULES}
+
+
+def _default_sketch(target) -> Sketch:
+    """The default candidate's sketch of a target kind, without its rule set's analysis
+    of the task: what a space holds when that analysis fails."""
+    if target.kind == "cuda":
+        from .cuda.common import DefaultGpuSketch
+        from .cuda.limits import GpuLimits
+
+        return DefaultGpuSketch(GpuLimits.of(target))
+    return DefaultSketch()
+
+
+def describe(error: BaseException) -> str:
+    """One line for an exception: the last line of its text, else its type's name (an
+    exception with an empty message, e.g. a bare StopIteration, still says what it is)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
 
 
 class SearchSpace:
@@ -32,7 +58,7 @@ class SearchSpace:
         self.task = task
         self.target = target
         self.rules = rules
-        self.sketches: dict[str, Sketch] = {s.name: s for s in rules.sketches(task, target)}
+        self.sketches: dict[str, Sketch] = self._offered(task, target, rules)
         if not self.sketches:
             raise ValueError(f"no sketch applies to {task.name} on {target.kind}")
         # each sketch's prior weight (Sketch.prior): how often a search draws it while
@@ -49,18 +75,38 @@ class SearchSpace:
         # Sketches found to make no decision have exactly one candidate; random sampling
         # skips them once seen (the tuner measures the default candidate first anyway).
         self._fixed: set[str] = set()
+        # Sampling's record of each sketch: the ones that scheduled a candidate, failed
+        # samples of the others, and the ones it stopped drawing (name -> last error)
+        self._worked: set[str] = set()
+        self._failed: Counter = Counter()
+        self.given_up: dict[str, str] = {}
+
+    @staticmethod
+    def _offered(task, target, rules: RuleSet) -> dict[str, Sketch]:
+        """The rule set's sketches for the task; when its analysis of the task fails,
+        the target's default sketch alone (the task still gets its default candidate)."""
+        try:
+            return {s.name: s for s in rules.sketches(task, target)}
+        except Exception as e:  # noqa: BLE001 - any failure of the rules, one note
+            log.warning("no sketch for %s on %s (%s); only its default candidate is tuned",
+                        task.name, target.kind, describe(e))
+            sketch = _default_sketch(target)
+            return {sketch.name: sketch}
 
     def _schedule(self, sketch: Sketch, decide: Decider):
+        """The scheduled module of `sketch` with `decide`'s decisions, or InvalidCandidate:
+        any exception while making the program, the decisions or the schedule is this
+        candidate's failure (one line naming the sketch), never the caller's."""
         from tvm import s_tir
 
-        sch = s_tir.Schedule(self._program(sketch, decide))
         try:
+            sch = s_tir.Schedule(self._program(sketch, decide))
             sketch.apply(sch, decide)
+            return sch.mod
         except InvalidCandidate:
             raise
-        except Exception as e:  # a schedule primitive refused these decisions
-            raise InvalidCandidate(f"{sketch.name}: {str(e).strip().splitlines()[-1]}") from None
-        return sch.mod
+        except Exception as e:  # noqa: BLE001 - a rule or a schedule primitive refused
+            raise InvalidCandidate(f"{sketch.name}: {describe(e)}") from None
 
     def _program(self, sketch: Sketch, decide: Decider):
         """The computation a sketch schedules: the task's own or the sketch's rewrite of
@@ -77,9 +123,16 @@ class SearchSpace:
         return tvm.IRModule({"main": func})
 
     def _fast_form(self, func):
+        """`func`'s fast-math form, or None; a rewrite that fails leaves the program
+        without one (its sketches still schedule the plain form), with a note."""
         known = self._fast_forms.get(id(func))
         if known is None:
-            known = self._fast_forms[id(func)] = (func, fast_math_form(func))
+            try:
+                fast = fast_math_form(func)
+            except Exception as e:  # noqa: BLE001 - the plain form is always there
+                log.warning("%s: no fast-math form (%s)", self.task.name, describe(e))
+                fast = None
+            known = self._fast_forms[id(func)] = (func, fast)
         return known[1]
 
     def _sketch(self, name: str) -> Sketch:
@@ -111,15 +164,33 @@ class SearchSpace:
                 mod = self._schedule(self.sketches[name], decide)
             except InvalidCandidate as e:
                 last = e
+                self._sample_failed(name, e)
                 continue
+            self._worked.add(name)
             if not decide.made:
                 self._fixed.add(name)
             return self._made(name, decide), mod
         raise InvalidCandidate(f"could not sample a valid schedule: {last}")
 
     def _sampled_sketches(self) -> list[str]:
-        open_ = sorted(set(self.sketches) - self._fixed)
-        return open_ or sorted(self.sketches)
+        live = set(self.sketches) - set(self.given_up)
+        open_ = sorted(live - self._fixed)
+        return open_ or sorted(live) or sorted(self.sketches)
+
+    def _sample_failed(self, name: str, error: InvalidCandidate) -> None:
+        """Count a failed sample of `name`; a sketch that has never scheduled this task
+        in `_GIVE_UP_AFTER` tries is drawn no more. When no sketch but the default is
+        left, the space says so once: sampling gives the default candidate alone."""
+        if name in self._worked or name in self.given_up:
+            return
+        self._failed[name] += 1
+        if self._failed[name] < _GIVE_UP_AFTER:
+            return
+        self.given_up[name] = str(error)
+        log.debug("%s: sketch %s gave up (%s)", self.task.name, name, error)
+        if set(self.sketches) - set(self.given_up) <= {"default"}:
+            log.warning("%s on %s: no sketch schedules this task (%s); only its default "
+                        "candidate is tuned", self.task.name, self.target.kind, error)
 
     def decision_specs(self, cand: Candidate) -> dict:
         """The spec of every decision the candidate's sketch makes."""
@@ -180,8 +251,12 @@ class SearchSpace:
         return self._made(sketch, decide), mod
 
     def check(self, mod) -> str | None:
-        """None when the module fits the target's limits, else why not."""
-        return self.rules.check(mod, self.target)
+        """None when the module fits the target's limits, else why not (a check that
+        fails on the module says why, as a refusal: the candidate is `invalid`)."""
+        try:
+            return self.rules.check(mod, self.target)
+        except Exception as e:  # noqa: BLE001 - one candidate's failure, not the run's
+            return f"limit check failed: {describe(e)}"
 
     def default_candidate(self) -> Candidate | None:
         """The candidate equal to the unscheduled build, when the rule set has one."""
