@@ -13,7 +13,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from search_space import SPACE_VERSION, Candidate, SearchSpace, generate_space
+from search_space import SPACE_VERSION, Candidate, InvalidCandidate, SearchSpace, generate_space
 
 from .components import make_cost_model, make_strategy
 from .config import TuneConfig
@@ -335,7 +335,10 @@ def _proposals(st: TaskState, n: int, rng: random.Random):
         out.append((default, st.space.apply(default)))
     for cand in st.retry:
         if len(out) < n and cand.key not in st.measured | {c.key for c, _ in out}:
-            out.append((cand, st.space.apply(cand)))
+            try:  # a failure that no longer builds a schedule stays as it was recorded
+                out.append((cand, st.space.apply(cand)))
+            except InvalidCandidate:
+                continue
     if n > len(out):
         exclude = st.measured | {c.key for c, _ in out}
         out += st.strategy.propose(st.space, n - len(out), exclude, rng)

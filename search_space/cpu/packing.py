@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..analysis import BlockAnalysis
+from ..decisions import InvalidCandidate
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,9 @@ def pack_operand(sch, block, plan: PackPlan, nb: int) -> str:
     from tvm.tirx import IndexMap
 
     reads = sch.get(block).reads  # the operand's position may move when producers inline
-    index = next(i for i, r in enumerate(reads) if r.source.name == plan.buffer)
+    index = next((i for i, r in enumerate(reads) if r.source.name == plan.buffer), None)
+    if index is None:  # a producer computed into the block replaced the operand's reads
+        raise InvalidCandidate(f"pack {plan.buffer}: the block no longer reads it")
     ndim = len(reads[index].region)
     packed = sch.cache_read(block, index, "global")
     index_map = IndexMap.from_func(packed_index(plan, ndim, nb), ndim=ndim,
