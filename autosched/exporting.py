@@ -252,7 +252,7 @@ def write_library(tasks, choices: list[KernelChoice], target, out_dir: str,
         manifest["source"] = _write_sources(staging, manifest, funcs,
                                             cuda_text if cuda is not None else None, lib_path)
         write_manifest(os.path.join(staging, MANIFEST_NAME), manifest)
-        _replace_dir(staging, out_dir)
+        replace_dir(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -332,7 +332,9 @@ def _json_default(obj):
     return str(obj)
 
 
-def _replace_dir(staging: str, out_dir: str) -> None:
+def replace_dir(staging: str, out_dir: str) -> None:
+    """Put the finished `staging` directory at `out_dir`, replacing what was there, so
+    that a reader sees the old output or the new one, never half of either."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UserError(f"-o {out_dir}: exists and is not a directory")
     old = None

@@ -54,7 +54,7 @@ from search_space.decisions import Decider
 
 from .db import compatible_versions
 from .errors import UserError
-from .exporting import machine_label
+from .exporting import machine_label, replace_dir
 from .target import TargetSpec, tvm_target
 from .training_data import rebuild_task
 from .versions import current_versions
@@ -282,7 +282,7 @@ def _write(rows, out_dir: str, summary: ExportSummary) -> None:
             summary.tasks += 1
         for name in (WORKLOAD_FILE, RECORD_FILE):  # both files, even when empty
             open(os.path.join(staging, name), "a").close()
-        _replace_dir(staging, out_dir)
+        replace_dir(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -291,19 +291,6 @@ def _write(rows, out_dir: str, summary: ExportSummary) -> None:
 def _uses_own_intrinsics(trace) -> bool:
     return any(inst.kind.name == "Tensorize" and str(inst.attrs[0]).startswith(
         INTRINSIC_PREFIX) for inst in trace.insts)
-
-
-def _replace_dir(staging: str, out_dir: str) -> None:
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise UserError(f"-o {out_dir}: exists and is not a directory")
-    old = None
-    if os.path.isdir(out_dir):
-        old = out_dir.rstrip("/") + ".old-export"
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(out_dir, old)
-    os.rename(staging, out_dir)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 _SHORT = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}

@@ -290,7 +290,7 @@ def _loop(states, config, budget, target, versions, db, measurer, scheduler,
         i = scheduler.next_task([s.history for s in states], live)
         st = states[i]
         n = next_batch_size(states, live, config.batch_size, budget - done)
-        proposals = _proposals(st, n, rng)
+        proposals = batch_proposals(st, n, rng)
         if not proposals:
             st.exhausted = True
             continue
@@ -326,7 +326,7 @@ def next_batch_size(states, live, batch_size: int, remaining: int) -> int:
     return max(1, min(batch_size, remaining // max(1, untried)))
 
 
-def _proposals(st: TaskState, n: int, rng: random.Random):
+def batch_proposals(st: TaskState, n: int, rng: random.Random):
     """The default candidate first (the floor), then failures to retry, then the
     strategy's picks."""
     out = []

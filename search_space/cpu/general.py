@@ -32,7 +32,8 @@ from ..sketch import Sketch
 from .common import (CpuParams, annotate_unroll, consumer_chain, finish_root_blocks,
                      inline_candidates, inline_producers, unchecked, vectorize_inner,
                      vectorize_registers)
-from .tiling import contraction_plans, decide_reduce_tiles, register_tiles, write_stage
+from .tiling import (contraction_plans, decide_reduce_tiles, register_tiles,
+                     vectorize_init_and_write, write_stage)
 
 # Reduce loops of a block with this many or fewer get every order as options.
 _MAX_PERMUTED = 3
@@ -273,12 +274,7 @@ def tile_general(sch, decide: Decider, plan: GeneralPlan, params: CpuParams,
     for loop in s_groups[3][:-1]:  # the register tile: its accumulators stay in registers
         if int(sch.get(loop).extent) > 1:
             sch.unroll(loop)
-    reduce_loops = r_groups[0] + r_groups[1]
-    if reduce_loops:
-        init = sch.decompose_reduction(block, reduce_loops[0])
-        vectorize_inner(sch, init, params)
-    if write is not None:
-        vectorize_inner(sch, write, params)
+    vectorize_init_and_write(sch, block, r_groups, write, params)
     annotate_unroll(sch, outer, decide, p)
     return scheduled
 

@@ -310,14 +310,20 @@ def tile_block(sch, decide: Decider, plan: TilePlan, params: CpuParams) -> set:
     outer = _parallelise(sch, s_groups, level, params)
     if tiles.get(plan.vec_iter, (1,))[-1] > 1:
         vectorize_registers(sch, s_groups[3][-1], params.lanes)
+    vectorize_init_and_write(sch, block, r_groups, write, params)
+    annotate_unroll(sch, outer, decide, plan.block)
+    return scheduled
+
+
+def vectorize_init_and_write(sch, block, r_groups, write, params: CpuParams) -> None:
+    """The tiled block's init (split off at its outermost reduce loop) and its write-back
+    stage (None: none) vectorised along their inner loops."""
     reduce_loops = r_groups[0] + r_groups[1]
     if reduce_loops:
         init = sch.decompose_reduction(block, reduce_loops[0])
         vectorize_inner(sch, init, params)
     if write is not None:
         vectorize_inner(sch, write, params)
-    annotate_unroll(sch, outer, decide, plan.block)
-    return scheduled
 
 
 def _parallelise(sch, s_groups, level: int, params: CpuParams):

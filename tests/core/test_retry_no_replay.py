@@ -29,7 +29,7 @@ def test_a_retry_that_does_not_replay_is_skipped_and_the_batch_filled():
     good = Candidate.make("tile", {"t": 99})
     state = tuner.TaskState(task=None, space=_Space(), strategy=_Strategy(), measured=set(),
                             retry=[Candidate.make("broken", {"x": 1}), good])
-    out = tuner._proposals(state, 4, random.Random(0))
+    out = tuner.batch_proposals(state, 4, random.Random(0))
     assert [c for c, _ in out] == [Candidate.make("default", {}), good, Candidate.make("tile", {"t": 0}),
                                    Candidate.make("tile", {"t": 1})]
     assert out[1][1] == f"mod of {good.key}"
