@@ -15,7 +15,8 @@ package imports nothing from `autosched`.
 from .candidate import Candidate
 from .decisions import Decider, InvalidCandidate
 from .cpu.lanes import vector_lanes
+from .cuda.mma_intrin import import_tvm_intrinsics
 from .space import SPACE_VERSION, SearchSpace, generate_space
 
 __all__ = ["Candidate", "Decider", "InvalidCandidate", "SearchSpace", "generate_space",
-           "SPACE_VERSION", "vector_lanes"]
+           "SPACE_VERSION", "vector_lanes", "import_tvm_intrinsics"]

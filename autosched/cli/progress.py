@@ -14,7 +14,7 @@ from ..tuner import Callback
 class ProgressBar(Callback):
     """One self-rewriting line on stderr: trials, best GFLOP/s so far, failures, time
     spent and an estimate of the time left. The estimate is the run's rate of trials so
-    far applied to the trials left ("estimating" until the first batch ends), and with a
+    far applied to the trials left (the first line comes after the first batch), and with a
     time budget never more than what is left of it: no batch starts once it is spent.
     `clock` (seconds) is injectable for tests; the time budget counts from construction,
     made just before the run starts."""
@@ -30,9 +30,9 @@ class ProgressBar(Callback):
         self._shown = 0  # length of the line on screen, to blank what a shorter one leaves
 
     def on_start(self, states, budget):
+        # No line yet: a run that stops before its first batch (bad input the runner
+        # finds, a machine's fault) says so in one line of its own.
         self.start = self.clock()
-        if budget:
-            self._show(states, 0, budget, "estimating")
 
     def on_batch(self, states, done, budget):
         now = self.clock()

@@ -92,7 +92,9 @@ def build_fn(kind: str, target_config: dict):
         mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
         if kind != "cuda":
             return tvm.tirx.build(mod, target)
-        import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the mma / wmma intrinsics)
+        from search_space import import_tvm_intrinsics
+
+        import_tvm_intrinsics()  # registers the mma / wmma intrinsics
 
         from autosched.measure import build_cuda
 
@@ -148,7 +150,9 @@ def tune_metaschedule(task, spec, trials: int, work_dir: str, seed: int = 1,
     tvm_target = ms_target(spec)
     kind = space_kind(spec)
     if kind == "cuda-tensorcore":  # its tensor-core rule names the registered intrinsics
-        import tvm.s_tir.tensor_intrin  # noqa: F401
+        from search_space import import_tvm_intrinsics
+
+        import_tvm_intrinsics()
     builder, runner = ms_builder_runner(spec, build_timeout, build_workers=build_workers)
     db = msdb.MemoryDatabase()
     start = time.perf_counter()

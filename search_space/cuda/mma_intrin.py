@@ -282,6 +282,22 @@ def descriptions() -> dict:
 STORE_LAYOUT = "tirx.index_map.shared_16x16_to_ldmatrix_32x8_layout"
 
 
+def import_tvm_intrinsics() -> None:
+    """Import TVM's own tensor intrinsics (`tvm.s_tir.tensor_intrin`, what MetaSchedule's
+    tensor-core rules name) in a process where `register_store_layout` may already have
+    run: TVM's module registers the same layout under the same name and refuses one
+    that is there, so ours gives way to it (both give every fragment slot the same
+    place)."""
+    import sys
+
+    import tvm_ffi
+
+    if "tvm.s_tir.tensor_intrin.cuda" not in sys.modules and \
+            tvm_ffi.get_global_func(STORE_LAYOUT, allow_missing=True) is not None:
+        tvm_ffi.remove_global_func(STORE_LAYOUT)
+    import tvm.s_tir.tensor_intrin  # noqa: F401
+
+
 def register_store_layout() -> None:
     """Register the fragment layout under the name `mma_store`'s code generation looks
     it up by (TVM's `tensor_intrin.cuda` registers it when imported, which takes

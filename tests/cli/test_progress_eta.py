@@ -1,5 +1,5 @@
 """The progress line's estimate of the time left: the rate of trials so far applied to
-the trials left, "estimating" before the first batch, never more than what is left of a
+the trials left, no line before the first batch, never more than what is left of a
 time budget, and none once the budget of trials is spent. The clock is injected."""
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_durations_read_as_a_person_says_them(seconds, text):
     assert duration(seconds) == text
 
 
-def test_no_estimate_before_the_first_batch_then_the_rate_so_far():
+def test_no_line_before_the_first_batch_then_the_rate_so_far():
     clock = Clock()
     bar = _bar(clock)
     bar.on_start(_states(0.0, 0), 64)
@@ -50,7 +50,6 @@ def test_no_estimate_before_the_first_batch_then_the_rate_so_far():
     clock.now += 41
     bar.on_batch(_states(), 32, 64)   # 32 in 82 s: 32 more take 82 s
     assert bar.stream.getvalue().splitlines() == [
-        "[........] 0/64 trials | best 0.0 GFLOP/s | failures 0 | 0s, estimating",
         "[##......] 16/64 trials | best 12.5 GFLOP/s | failures 2 | 41s, ~2m03s left",
         "[####....] 32/64 trials | best 12.5 GFLOP/s | failures 2 | 1m22s, ~1m22s left",
     ]
@@ -77,7 +76,7 @@ def test_a_time_budget_caps_the_estimate_and_counts_from_before_the_start():
     bar.on_batch(_states(), 32, 64)  # the rate says 70 s; 20 s are left
     clock.now += 30
     bar.on_batch(_states(), 48, 64)  # spent: no batch starts after this one
-    assert bar.stream.getvalue().splitlines()[1:] == [
+    assert bar.stream.getvalue().splitlines() == [
         "[##......] 16/64 trials | best 12.5 GFLOP/s | failures 2 | 20s, ~1m00s left",
         "[####....] 32/64 trials | best 12.5 GFLOP/s | failures 2 | 1m10s, "
         "~20s left (time budget)",
@@ -99,8 +98,10 @@ def test_on_a_terminal_the_line_rewrites_itself_and_blanks_what_a_shorter_one_le
     bar.on_start(_states(), 20)
     clock.now += 5
     bar.on_batch(_states(), 10, 20)
+    clock.now += 1
+    bar.on_batch(_states(), 20, 20)
     bar.on_end(None)
-    first = "[........] 0/20 trials | best 12.5 GFLOP/s | failures 2 | 0s, estimating"
-    second = "[####....] 10/20 trials | best 12.5 GFLOP/s | failures 2 | 5s, ~5s left"
+    first = "[####....] 10/20 trials | best 12.5 GFLOP/s | failures 2 | 5s, ~5s left"
+    second = "[########] 20/20 trials | best 12.5 GFLOP/s | failures 2 | 6s"
     assert len(second) < len(first)
     assert bar.stream.getvalue() == f"\r{first}\r{second.ljust(len(first))}\n"
