@@ -303,7 +303,8 @@ def register_intrinsics(out_dir: str) -> int:
     `out_dir` tensorize with (and the fragment layout their CUDA code needs); call it
     before `JSONDatabase` opens the directory. Returns how many intrinsic sets it
     registered (0: the records need none)."""
-    from search_space.cuda.mma_intrin import intrin_names, register_store_layout
+    from search_space import import_tvm_intrinsics
+    from search_space.cuda.mma_intrin import intrin_names
 
     with open(os.path.join(out_dir, RECORD_FILE), encoding="utf-8") as f:
         text = f.read()
@@ -315,6 +316,6 @@ def register_intrinsics(out_dir: str) -> int:
             if i == in_short:
                 intrin_names(_SHORT[in_short], _SHORT[acc_short], kn == "kn")
                 done += 1
-    if done:
-        register_store_layout()
+    if done:  # their CUDA code needs the fragment layout, which TVM's intrinsics hold
+        import_tvm_intrinsics()
     return done

@@ -18,6 +18,8 @@ five names the sketch tensorizes with.
 """
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 WARP = 32
@@ -296,6 +298,37 @@ def import_tvm_intrinsics() -> None:
             tvm_ffi.get_global_func(STORE_LAYOUT, allow_missing=True) is not None:
         tvm_ffi.remove_global_func(STORE_LAYOUT)
     import tvm.s_tir.tensor_intrin  # noqa: F401
+
+
+_LAYOUT_LOCK = threading.Lock()
+_LAYOUT_USERS = [0, False]   # compiles inside store_layout(); whether the name is ours
+
+
+@contextmanager
+def store_layout():
+    """The fragment layout registered while a tensor-core module compiles (mma_store's
+    code generation looks it up by name): ours where TVM's is not there, removed when
+    the last compile inside it ends, so TVM's `tensor_intrin` (which registers the same
+    name and refuses one that is there) still imports later in the process."""
+    import tvm_ffi
+    from tvm.runtime import convert
+
+    with _LAYOUT_LOCK:
+        if _LAYOUT_USERS[0] == 0:
+            _LAYOUT_USERS[1] = tvm_ffi.get_global_func(STORE_LAYOUT,
+                                                       allow_missing=True) is None
+            if _LAYOUT_USERS[1]:
+                tvm_ffi.register_global_func(
+                    STORE_LAYOUT, lambda ind: convert(list(fragment_slot(ind[0], ind[1]))))
+        _LAYOUT_USERS[0] += 1
+    try:
+        yield
+    finally:
+        with _LAYOUT_LOCK:
+            _LAYOUT_USERS[0] -= 1
+            if _LAYOUT_USERS[0] == 0 and _LAYOUT_USERS[1]:
+                tvm_ffi.remove_global_func(STORE_LAYOUT)
+                _LAYOUT_USERS[1] = False
 
 
 def register_store_layout() -> None:

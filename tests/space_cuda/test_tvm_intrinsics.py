@@ -13,6 +13,18 @@ PROBE = textwrap.dedent("""
     from search_space.cuda.mma_intrin import STORE_LAYOUT, fragment_slot, register_store_layout
     from search_space import import_tvm_intrinsics
 
+    if sys.argv[1] == "compile":  # what build_cuda holds around tvm.compile
+        from search_space.cuda.mma_intrin import store_layout
+        with store_layout():
+            with store_layout():
+                inside = tvm_ffi.get_global_func(STORE_LAYOUT, allow_missing=True)
+        after = tvm_ffi.get_global_func(STORE_LAYOUT, allow_missing=True)
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+        with store_layout():   # TVM's is there now: kept, not removed
+            pass
+        kept = tvm_ffi.get_global_func(STORE_LAYOUT, allow_missing=True)
+        print("COMPILE", inside is not None, after is None, kept is not None)
+        raise SystemExit(0)
     register_store_layout()
     if sys.argv[1] == "plain":
         try:
@@ -39,3 +51,7 @@ def _probe(mode: str) -> str:
 def test_tvm_intrinsics_import_after_ours_and_keep_the_same_layout():
     assert _probe("plain") == "REFUSED True"   # what a bare import does after ours
     assert _probe("ours-first") == "IMPORTED True True"
+
+
+def test_a_compile_holds_our_layout_only_while_it_runs():
+    assert _probe("compile") == "COMPILE True True True"

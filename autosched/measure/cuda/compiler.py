@@ -301,13 +301,12 @@ def build_cuda(mod, target_config: dict, compiler: str = AUTO) -> CudaBuild:
     arch = arch_of(target_config)
     chosen = choose_compiler(compiler)
     runtime = ensure_cuda_runtime()
-    from search_space.cuda.mma_intrin import register_store_layout
+    from search_space.cuda.mma_intrin import store_layout
 
-    register_store_layout()   # tensor-core kernels' mma_store code generation needs it
     target = tvm_target(target_config)
     _State.compiler, _State.failure = chosen, None
-    try:
-        with target, _async_copy_context():
+    try:  # tensor-core kernels' mma_store code generation needs the store layout
+        with target, _async_copy_context(), store_layout():
             exe = tvm.compile(mod, target=target)
     except Exception as e:
         side, line = _State.failure or ("candidate", "build: " + _last_line(str(e)))
