@@ -94,12 +94,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--peak", default=PEAK, help="machine_peak.py's result for THIS machine "
+                   "(the fractions of peak are read against it)")
     p.add_argument("--out", default=os.path.join(
         ROOT, "bench", "results", f"general_space_{time.strftime('%Y%m%d')}.json"))
     a = p.parse_args()
-    stamp = provenance.stamp(seed=a.seed, trials=a.trials)
+    stamp = provenance.stamp(seed=a.seed, trials=a.trials, peak=a.peak)
     print(provenance.header(stamp), flush=True)
-    with open(PEAK) as f:
+    with open(a.peak) as f:
         peak_doc = json.load(f)
     peak = float(peak_doc["fma_peak_gflops"])
     rows = []
