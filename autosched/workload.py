@@ -234,6 +234,8 @@ def _distinctly_named(workload: str, inputs: list, outputs: list) -> tuple[list,
     (the same arithmetic: the task key does not change). The user is told once."""
     args = inputs + outputs
     names = [t.op.name for t in args]
+    if len(set(names)) == len(names):  # the common case: no graph walk
+        return inputs, outputs, names
     new = distinct_names(names, {op.name for op in _ops(outputs)})
     if new == names:
         return inputs, outputs, names
