@@ -6,7 +6,9 @@ workspace memory call TVM's runtime through function pointers in the library
 (`__TVMBackendParallelLaunch`, `__TVMBackendAllocWorkspace`), which the loader fills from
 what libtvm_runtime.so registered. So libtvm_runtime.so is loaded first (with ctypes, from
 the installed `tvm` package, without importing it), and after loading we check that no
-such pointer was left empty: calling through one would crash the process.
+such pointer was left empty: calling through one would crash the process. The pointer
+to the parallel launcher is then pointed at the pool `AUTOSCHED_KERNEL_POOL` chooses
+(`autosched.kernel_pool`: by default the process's OpenMP pool, torch's own threads).
 
 A CUDA library carries its kernels as device code (a fatbin or cubin for one GPU
 architecture, made at export), so loading it needs TVM's runtime libraries
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from .. import tvm_runtime
 from ..errors import InfrastructureError
+from ..kernel_pool import route_parallel_loops
 from ..threads import size_kernel_pool
 from .errors import LibraryError
 from .manifest import Manifest
@@ -93,6 +96,8 @@ def load_kernels(manifest: Manifest):
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise LibraryError(f"{path}: cannot be loaded: {first}") from None
     _check_context_symbols(path)
+    if manifest.device_type == "cpu":
+        route_parallel_loops(str(path))
     missing = [k.symbol for k in manifest.kernels
                if not module.implements_function(k.symbol, query_imports=True)]
     if missing:

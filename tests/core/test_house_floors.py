@@ -18,8 +18,8 @@ FLOORS = (
     # the ground: units that any floor may use
     ("errors", "lazy", "tables", "versions", "results", "canonical", "threads", "gpu_info",
      "task"),
-    ("time_limit", "tvm_runtime"),
-    ("user_file", "target"),
+    ("time_limit", "tvm_runtime", "native"),
+    ("user_file", "target", "kernel_pool"),
     ("validation",),
     ("workload",),
     # the kernel side: store and search, then measurement, then what a tuning run is made of

@@ -39,10 +39,12 @@ def test_an_unreadable_topology_counts_cpus(tmp_path):
 
 def test_the_pool_size_is_set_unless_the_user_chose_one():
     clean = {k: v for k, v in os.environ.items() if k not in POOL_SIZE_VARS}
-    assert kernel_thread_env(clean)["TVM_NUM_THREADS"] == str(physical_cores())
-    assert kernel_thread_env({**clean, "TVM_NUM_THREADS": "3"})["TVM_NUM_THREADS"] == "3"
+    sized = kernel_thread_env(clean)
+    assert sized["TVM_NUM_THREADS"] == sized["OMP_NUM_THREADS"] == str(physical_cores())
+    chosen = kernel_thread_env({**clean, "TVM_NUM_THREADS": "3"})
+    assert chosen["TVM_NUM_THREADS"] == chosen["OMP_NUM_THREADS"] == "3"
     chosen = kernel_thread_env({**clean, "OMP_NUM_THREADS": "1"})
-    assert "TVM_NUM_THREADS" not in chosen and chosen["OMP_NUM_THREADS"] == "1"
+    assert chosen["TVM_NUM_THREADS"] == chosen["OMP_NUM_THREADS"] == "1"
 
 
 def test_a_process_started_with_that_environment_runs_kernels_on_every_core():

@@ -30,7 +30,11 @@ sys.meta_path.insert(0, _BlockTvm())
 RUN = BLOCK_TVM + """
 import json
 from autosched.measure.run_job import run_job
-replies = [run_job(r) for r in json.loads(sys.argv[1])]
+from autosched import kernel_pool
+replies = []
+for r in json.loads(sys.argv[1]):
+    replies.append(run_job(r))
+    replies[-1]["pool_launches"] = kernel_pool.launches()
 try:
     import tvm
     imported = True
@@ -50,7 +54,7 @@ def built(tmp_path_factory, matmul_task, kernels):
 
     folder = tmp_path_factory.mktemp("run_job")
     paths = {}
-    for name in ("plain", "plus_one"):
+    for name in ("plain", "plus_one", "vectorized"):
         paths[name] = str(folder / f"{name}.so")
         tvm.compile(getattr(kernels, name), target=tvm.target.Target({"kind": "llvm"})
                     ).export_library(paths[name])
@@ -94,6 +98,26 @@ def test_a_library_that_does_not_load_is_the_candidates_run_error(built, child_e
                                      child_env)
     assert reply["kind"] == "run_error" and "bogus.so" in reply["error"]
     assert "restart" not in reply  # a CPU failure leaves the worker usable
+
+
+def test_parallel_loops_are_timed_on_the_openmp_pool_the_model_runs_them_on(built, child_env):
+    # the vectorized matmul has one parallel loop: one launch per call, every call
+    # (warm-up, the evaluator's own first call, number x repeat) through the launcher
+    plain, parallel = _run_without_compiler(
+        [_request(built, "plain"), _request(built, "vectorized")], child_env)
+    assert plain["ok"] and plain["pool_launches"] == 0
+    assert parallel["ok"] and parallel["pool_launches"] == 1 + 1 + 3 * 4
+    (tvm_pool,) = _run_without_compiler([_request(built, "vectorized")], child_env,
+                                        {"AUTOSCHED_KERNEL_POOL": "tvm"})
+    assert tvm_pool["ok"] and tvm_pool["pool_launches"] == 0
+
+
+def test_a_bad_pool_setting_is_the_machines_fault_not_the_candidates(built, child_env):
+    (reply,) = _run_without_compiler([_request(built, "vectorized")], child_env,
+                                     {"AUTOSCHED_KERNEL_POOL": "threads"})
+    assert reply["infrastructure"] is True and "kind" not in reply
+    assert reply["cause"] == ("AUTOSCHED_KERNEL_POOL='threads': expected one of openmp, "
+                              "tvm-yield, tvm")
 
 
 @pytest.mark.skipif(driver_installed(), reason="this machine has an NVIDIA driver")

@@ -42,12 +42,9 @@ with one line saying so.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import re
 import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -190,43 +187,12 @@ def _load_driver() -> str:
 
 def _placeholder_driver() -> str:
     """Path of the placeholder libcuda.so.1, compiled with cc on first use."""
-    digest = hashlib.sha256(_PLACEHOLDER_SOURCE.encode()).hexdigest()[:12]
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    for root in (os.path.join(cache, "autosched"),
-                 os.path.join(tempfile.gettempdir(), f"autosched-{os.getuid()}")):
-        folder = os.path.join(root, f"cuda-build-host-{digest}")
-        path = os.path.join(folder, "libcuda.so.1")
-        if os.path.exists(path):
-            return path
-        try:
-            os.makedirs(folder, exist_ok=True)
-            return _compile_placeholder(folder, path)
-        except OSError:
-            continue  # an unwritable cache: try the next folder
-    raise InfrastructureError("no writable folder for the build-host placeholder driver "
-                              f"(tried {cache}/autosched and {tempfile.gettempdir()})",
-                              "make ~/.cache writable (or set XDG_CACHE_HOME), then rerun")
+    from ...native import built_library
 
-
-def _compile_placeholder(folder: str, path: str) -> str:
-    cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
-    if cc is None:
-        raise InfrastructureError("this machine has no CUDA driver and no C compiler (cc) "
-                                  "to build the placeholder driver that CUDA builds need",
-                                  "install a C compiler (or the NVIDIA driver), then rerun")
-    src = os.path.join(folder, f"libcuda-{os.getpid()}.c")
-    tmp = os.path.join(folder, f".libcuda-{os.getpid()}.so")
-    with open(src, "w") as f:
-        f.write(_PLACEHOLDER_SOURCE)
-    proc = subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", tmp, src],
-                          capture_output=True, text=True, check=False)
-    os.unlink(src)
-    if proc.returncode != 0:
-        raise InfrastructureError(f"{cc} cannot build the placeholder driver: "
-                                  f"{first_error_line(proc.stderr)}",
-                                  "check the C compiler, then rerun")
-    os.replace(tmp, path)  # atomic: a concurrent build sees the old file or the new one
-    return path
+    return built_library("cuda-build-host", "libcuda.so.1", _PLACEHOLDER_SOURCE,
+                         ("-Wl,-soname,libcuda.so.1",),
+                         "the placeholder CUDA driver that CUDA builds need on a machine "
+                         "without the NVIDIA driver")
 
 
 def _load_runtime_library() -> None:
