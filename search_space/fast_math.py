@@ -21,9 +21,11 @@ pattern of both signs (tests/space_cpu/test_fast_math*.py test the bounds):
   tested (the C library's expf: 6e-8).
 * tanh(x) = x - x^3/3 + 2x^5/15 - 17x^7/315 + 62x^9/2835 for |x| < 0.3, else
   sign(x) (1 - 2 / (1 + exp(2|x|))): relative error 2.5e-7 measured, 1e-6 tested.
-* erf(x) = x + x P(x^2) for |x| < 0.9, else sign(x) (1 - e^Q(|x|)), Q fitting
-  log(erfc) on [0.9, 4] (|x| clamped to 4: erf rounds to 1 from 3.92): 8.4e-8
-  measured, 1.5e-7 tested; a subnormal result within one unit of its last place.
+* erf(x) = x P(x^2) / Q(x^2) on x clamped to [-4, 4] (erf rounds to 1 from 3.92), one
+  rational form for every x (a branch would have its two arms both computed in a
+  vector: the form it replaced, a series below 0.9 and 1 - e^R(|x|) above, cost twice
+  the instructions): 3.1e-7 measured over every 61st bit pattern, 3.5e-7 tested; a
+  subnormal result within one unit of its last place.
 * log(x) = k ln 2 + log(1 + f), x = 2^k (1 + f) with 1 + f in [sqrt(1/2), sqrt(2)) read
   from the bits (a subnormal x scaled by 2^23 first), log(1 + f) = f - f^2/2 + f^3 P(f):
   1.3e-7 measured, 2e-7 tested; 0 -> -inf, +inf -> +inf, x < 0 or NaN -> NaN.
@@ -156,15 +158,16 @@ def _tanh(x, ax):
     return tirx.Select(ax < _f32(_TANH_SMALL), small, signed)
 
 
-# erf(x) = x + x P(x^2) for |x| < 0.9, and sign(x) (1 - e^Q(|x|)) above, Q(t) fitting
-# log(erfc(t)) on [0.9, 4] (4 clamps |x|: erf rounds to 1 beyond 3.92); both fitted for
-# relative error (Lawson's weighted least squares), coefficients rounded to float32
-_ERF_SPLIT, _ERF_CLAMP = 0.9, 4.0
-_ERF_SMALL = (0.12837915122509003, -0.3761252462863922, 0.11282140761613846,
-              -0.02677890844643116, 0.005011963192373514, -0.0006090360111556947)
-_ERF_LARGE = (0.0001692003133939579, -1.1294883489608765, -0.6334009170532227,
-              -0.10822033137083054, 0.02508058026432991, -0.004156240727752447,
-              0.0004313905374146998, -2.0828350898227654e-05)
+# erf(x) = x P(x^2) / Q(x^2), one rational form over the whole range (no branch whose two
+# arms a vector would both compute): P of degree 6 and Q of degree 5 in x^2, fitted for
+# relative error on [0, 4] (bench/fit_erf.py: linearised least squares, Loeb's
+# reweighting by the previous Q, Lawson's weights towards minimax; rounded to float32)
+_ERF_CLAMP = 4.0
+_ERF_P = (1.128379225730896, 0.18520310521125793, 0.0543166920542717,
+          0.0038495808839797974, 0.0003796000382862985, 4.684544364863541e-06,
+          -1.3201022497355552e-08)
+_ERF_Q = (1.0, 0.4974654018878937, 0.11395818740129471, 0.0154619961977005,
+          0.001307551865465939, 6.310836761258543e-05)
 # log(1 + f) = f - f^2 / 2 + f^3 P(f) for f in [sqrt(1/2) - 1, sqrt(2) - 1]
 _LOG_SERIES = (0.3333333134651184, -0.250008225440979, 0.20001226663589478,
                -0.16623355448246002, 0.14201761782169342, -0.13160200417041779,
@@ -186,15 +189,15 @@ def fast_erf(x):
     """erf(x) for a float32 expression, as vectorisable arithmetic."""
     from tvm import tirx
 
-    def erf(x, ax):
-        small = _bound(x * x, "s", lambda s: x + x * _poly(_ERF_SMALL, s))
-        # NaN: |x| < split fails, the clamp keeps it, and the select takes its second arm
-        big = _bound(_at_most(ax, _ERF_CLAMP), "t", lambda t: _bound(
-            _f32(1.0) - fast_exp(_poly(_ERF_LARGE, t)), "big",
-            lambda big: tirx.Select(x < _f32(0.0), -big, big)))
-        return tirx.Select(ax < _f32(_ERF_SPLIT), small, big)
+    def erf(xc):
+        ratio = _bound(xc * xc, "s", lambda s: xc * _poly(_ERF_P, s) / _poly(_ERF_Q, s))
+        # |erf| <= 1 where the float32 ratio would round past it; from the clamp on (and
+        # for a NaN, which fails the test) x / 4, which is exactly +-1 there
+        return tirx.Select(tirx.abs(xc) < _f32(_ERF_CLAMP),
+                           _at_least(_at_most(ratio, 1.0), -1.0),
+                           xc * _f32(1.0 / _ERF_CLAMP))
 
-    return _bound(x, "x", lambda x: _bound(tirx.abs(x), "ax", lambda ax: erf(x, ax)))
+    return _clamp(x, -_ERF_CLAMP, _ERF_CLAMP, erf)
 
 
 def fast_log(x):
