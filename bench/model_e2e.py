@@ -1,14 +1,16 @@
 """End to end: the GPT and ResNet examples on autosched's backend against torch, one run.
 
     flock /tmp/autosched-bench.lock python bench/model_e2e.py [--trials 24] [--rounds 15]
-          [--models gpt,resnet] [--tvm-trials 0] [-o bench/results/model_e2e.json]
+          [--models gpt,resnet] [--modes inference,train] [--tvm-trials 0]
+          [-o bench/results/model_e2e.json]
 
 For each model (bench-sized configs below), in this order, in one process:
 
 1. `autosched tune-model` for inference and for a training step (`--trials` each, one
    budget over all tasks, torch timed once per task as its baseline), then
    `autosched export-model` both ways: only kernels that beat torch's baseline, as
-   called through their torch op, go into the library;
+   called through their torch op, go into the library, and of those only the groups
+   the whole compiled step keeps (export's step check, stored under `step_check`);
 2. inference latency (eval, no_grad) and training step time (forward, loss, backward) of
    torch eager, torch.compile(inductor) and torch.compile(autosched backend), rounds
    interleaving the three (the machine is shared), median per call; outputs and gradients
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import statistics
 import sys
 import tempfile
@@ -46,9 +49,14 @@ CONFIGS = {
 }
 
 
-def tune_and_export(path: Path, work: Path, trials: int, db: str) -> dict:
+def tune_and_export(path: Path, work: Path, trials: int, db: str, modes) -> dict:
     return {train: model_library.tune_and_export(path, work, trials, db, train)
-            for train in (False, True)}
+            for train in modes}
+
+
+def step_check(library: Path) -> dict | None:
+    """What export-model's whole-step check measured and undid (model_ops.json)."""
+    return json.loads((library / "model_ops.json").read_text()).get("step_check")
 
 
 def _step(model, inputs, loss_fn, train: bool):
@@ -150,9 +158,12 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--calls", type=int, default=5)
     p.add_argument("--tvm-trials", type=int, default=0)
+    p.add_argument("--modes", default="inference,train",
+                   help="inference and/or train (the training step), comma-separated")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("-o", "--output", default=str(ROOT / "bench/results/model_e2e.json"))
     args = p.parse_args()
+    modes = [{"inference": False, "train": True}[m] for m in args.modes.split(",")]
     stamp = provenance.stamp(seed=args.seed)
     print(provenance.header(stamp))
     from autosched.model import load_model_file, read_choices
@@ -163,19 +174,20 @@ def main() -> int:
         for name in args.models.split(","):
             path = model_library.write_model(work, name, *CONFIGS[name])
             db = f"sqlite:///{work}/{name}.db"
-            libs = tune_and_export(path, work / name, args.trials, db)
+            libs = tune_and_export(path, work / name, args.trials, db, modes)
             spec = load_model_file(str(path))
             row = {"config": CONFIGS[name], "trials_per_mode": args.trials}
-            for train in (False, True):
+            for train in modes:
                 mode = "train_step" if train else "inference"
                 row[mode] = measure(spec, libs[train], train, args.rounds, args.calls)
                 row[mode]["ops"] = [c.to_json() for c in read_choices(libs[train])]
-            if args.tvm_trials:
+                row[mode]["step_check"] = step_check(libs[train])
+            if args.tvm_trials and False in modes:
                 row["inference"]["tvm_relax_metaschedule"] = tvm_inference(
                     load_model_file(str(path)), args.tvm_trials, work / name, args.rounds,
                     args.calls)
             rows[name] = row
-            for mode in ("inference", "train_step"):
+            for mode in (m for m in ("inference", "train_step") if m in row):
                 r = row[mode]
                 eager = r["eager"]["median_s"]
                 print(f"{name} {mode}: " + ", ".join(

@@ -13,7 +13,8 @@ Every latency comes with its GB/s (the input's bytes over the time). Targets: th
 within 1.2x of torch; the sum at 80% or more of the measured bandwidth.
 
     PYTHONPATH=. python bench/reduce_few_outputs.py [--trials 64] [--threads N]
-        [--rounds 7] [--out bench/results/reduce_few_outputs_<date>.json]
+        [--rounds 7] [--sum M=4096,N=4096] [--bandwidth-mib 512]
+        [--out bench/results/reduce_few_outputs_<date>.json]
 """
 from __future__ import annotations
 
@@ -105,6 +106,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bandwidth-mib", type=int, default=512)
+    ap.add_argument("--sum", default="M=4096,N=4096", metavar="M=..,N=..",
+                    help="matrix_sum's shape (a sum larger than the last-level cache reads "
+                         "memory, not cache: e.g. M=16384,N=16384 is 1 GiB)")
     ap.add_argument("--out", default=None)
     opts = ap.parse_args()
     stamp = provenance.stamp(seed=opts.seed)
@@ -122,7 +126,7 @@ def main():
     rows = []
     cases = [("norm_bmn", ["B=1", "M=1024", "N=1024"],
               lambda t: torch.linalg.vector_norm(t, dim=(1, 2))),
-             ("matrix_sum", ["M=4096", "N=4096"], None)]
+             ("matrix_sum", opts.sum.split(","), None)]
     with tempfile.TemporaryDirectory(prefix="reduce-few-") as work:
         for workload, args, torch_fn in cases:
             task, cand, mod = tune_best(workload, args, opts.trials, opts.seed, work)
