@@ -5,11 +5,16 @@ torch's recorded baseline, and, called as the model calls it, faster than torch'
 timed beside it (`--decide-on side-by-side`, the default; `records` compares the call
 with torch's baseline record instead), and `model_ops.json`, the decision for every
 operator; load it with ``torch.compile(model, backend=autosched.model.backend(DIR))``.
+Before the library is final the whole step (the training step with --train, else
+inference) compiled with the chosen kernels is timed against inductor alone, and groups
+of kernels that keep it from being faster beyond noise go back to torch (`--step-check`,
+on by default); what the check measured is printed and kept in `model_ops.json`.
 """
 from __future__ import annotations
 
 import argparse
 
+from ..model.step_check import ROUNDS, min_rounds
 from .options import DB_URL_HELP
 from .tune_model import add_model_selection
 
@@ -27,16 +32,30 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "torch's operator timed now, repeats alternating (fair on a machine "
                         "whose speed drifts); records: the call against torch's baseline "
                         "record (when this machine is too busy to time now)")
+    p.add_argument("--step-check", choices=("on", "off"), default="on",
+                   help="on: time the whole compiled step with the chosen kernels against "
+                        "inductor alone (repeats alternating) and give back to torch, one "
+                        "group (a workload's kernels) at a time, those that keep it from "
+                        "being faster beyond noise; off: keep the per-operator choice")
+    p.add_argument("--step-rounds", type=int, default=ROUNDS, metavar="N",
+                   help="alternating rounds per variant of the step check (at least "
+                        f"{min_rounds()})")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the library, print the per-operator decisions and where they went."""
-    from ..model.choice import choices_table
+    from ..model.choice import choices_table, read_step_check
+    from ..model.step_check import report_lines
     from ..model.tuning import export_model
 
     path, choices = export_model(args.model_file, args.target, args.output, args.db,
-                                 args.train, side_by_side=args.decide_on == "side-by-side")
+                                 args.train, side_by_side=args.decide_on == "side-by-side",
+                                 step_check=args.step_check == "on",
+                                 step_rounds=args.step_rounds)
+    check = read_step_check(args.output)
+    if check is not None:
+        print("\n".join(report_lines(check)))
     print(choices_table(choices))
     won = sum(1 for c in choices if c.chosen == "autosched")
     print(f"{won} of {len(choices)} operators run autosched kernels; wrote {path}")

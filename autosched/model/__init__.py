@@ -21,6 +21,7 @@ Where things are:
     baseline.py        torch's latency per task as a versioned database record
     choice.py          per task: torch ms, kernel ms, which one runs (model_ops.json)
     tuning.py          tune_model / export_model, what the CLI commands call
+    step_check.py      export's check of the whole compiled step against inductor alone
     compile_backend.py backend(): the torch.compile backend over an exported library
     named_backend.py   the same under the name "autosched" (the entry point torch finds)
 

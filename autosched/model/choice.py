@@ -4,7 +4,10 @@ A kernel is chosen only where its recorded latency beats torch's recorded latenc
 same task on the same target and machine, and, once `export-model` has timed the kernel
 as the model calls it, where that call beats torch's operator timed beside it (repeats
 alternating, same inputs); without a kernel record or without a baseline torch runs
-(nothing is assumed). The table is what `tune-model` prints, what
+(nothing is assumed). Export then times the whole compiled step with the chosen kernels
+against inductor alone and leaves to torch the groups of them that slow it
+(`step_check.py`; its measurements are the `step_check` entry of `model_ops.json`, absent
+where no check ran). The table is what `tune-model` prints, what
 `export-model` writes beside the library (`model_ops.json`) and what the backend obeys.
 """
 from __future__ import annotations
@@ -18,6 +21,9 @@ CHOICES_NAME = "model_ops.json"
 CHOICES_FORMAT = 1
 # why a faster kernel stays unused: its aten call has another output that torch computes
 SPLIT_CALL = "another output of the operator stays torch"
+# why a faster kernel stays unused: with its group (step_check.py) the whole compiled step
+# was not faster than inductor alone beyond noise
+STEP_SLOWER = "slower in the whole compiled step"
 
 
 def shape_text(params: dict) -> str:
@@ -127,17 +133,21 @@ def choices_table(choices: list[OpChoice]) -> str:
                          "as called ms", "torch beside ms", "chosen"), rows, right=5)
 
 
-def write_choices(out_dir: str, model_path: str, train: bool, choices) -> str:
+def write_choices(out_dir: str, model_path: str, train: bool, choices,
+                  step_check: dict | None = None) -> str:
+    """model_ops.json in `out_dir`: the decision for every task, and the measurements of
+    the step check (`StepCheck.to_json()`) where one ran."""
     path = os.path.join(out_dir, CHOICES_NAME)
     doc = {"format": CHOICES_FORMAT, "model": os.path.abspath(model_path), "train": train,
            "ops": [c.to_json() for c in choices]}
+    if step_check is not None:
+        doc["step_check"] = step_check
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
     return path
 
 
-def read_choices(out_dir) -> list[OpChoice] | None:
-    """The choices a library directory was exported with; None if it has none."""
+def _read(out_dir) -> dict | None:
     path = os.path.join(str(out_dir), CHOICES_NAME)
     if not os.path.isfile(path):
         return None
@@ -148,4 +158,17 @@ def read_choices(out_dir) -> list[OpChoice] | None:
 
         raise UserError(f"{path}: format {doc.get('format')!r}; this autosched reads "
                         f"{CHOICES_FORMAT} (re-run `autosched export-model`)")
-    return [OpChoice.from_json(d) for d in doc["ops"]]
+    return doc
+
+
+def read_choices(out_dir) -> list[OpChoice] | None:
+    """The choices a library directory was exported with; None if it has none."""
+    doc = _read(out_dir)
+    return None if doc is None else [OpChoice.from_json(d) for d in doc["ops"]]
+
+
+def read_step_check(out_dir) -> dict | None:
+    """The step check's measurements a library directory was exported with (the
+    `step_check` entry of model_ops.json); None where no check ran."""
+    doc = _read(out_dir)
+    return None if doc is None else doc.get("step_check")

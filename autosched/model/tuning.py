@@ -4,7 +4,9 @@
                                          scheduler weighs each by its count), and time
                                          torch once per task as its baseline record
     export_model(path, target, out_dir)  the kernels that beat torch, as a library, and
-                                         the decision for every task (model_ops.json)
+                                         the decision for every task (model_ops.json);
+                                         groups of them that slow the whole compiled step
+                                         are undone (step_check.py)
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from search_space import SPACE_VERSION
 from ..errors import UserError
 from ..versions import current_versions
 from .choice import SPLIT_CALL
+from .step_check import ROUNDS, min_rounds
 
 
 @dataclass
@@ -101,7 +104,8 @@ def tune_model(path: str, config, train: bool = False, callbacks=()) -> ModelTun
 
 
 def export_model(path: str, target_text: str, out_dir: str, db_url: str | None = None,
-                 train: bool = False, side_by_side: bool = True) -> tuple[str, list]:
+                 train: bool = False, side_by_side: bool = True, step_check: bool = True,
+                 step_rounds: int = ROUNDS) -> tuple[str, list]:
     """Build the library of the kernels that beat torch into `out_dir` and write the
     decision for every task beside it; returns (the choices file, the choices).
 
@@ -111,14 +115,24 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     alternating on the same inputs; it stays in the library only if it beats torch
     there too. (Torch's baseline and the kernel's record were timed at different
     moments; on a machine whose speed drifts only the side-by-side pair is fair.)
-    `side_by_side=False` compares the call with torch's baseline record instead."""
+    `side_by_side=False` compares the call with torch's baseline record instead.
+
+    With `step_check`, the whole step (training step with `train`, else inference)
+    compiled with the chosen kernels is then timed against inductor alone, in
+    `step_rounds` alternating rounds, and groups of kernels that keep it from being
+    faster beyond noise are left to torch (step_check.py); model_ops.json records those
+    measurements under `step_check`."""
     from ..db import DEFAULT_DB_URL, open_database
     from .modelfile import load_model_file
     from ..target import resolve_target
     from .choice import write_choices
     from .extract import extract
 
-    model_ops = extract(load_model_file(path), train)
+    if step_check and step_rounds < min_rounds():
+        raise UserError(f"--step-rounds {step_rounds}: the step check needs at least "
+                        f"{min_rounds()} rounds")
+    spec = load_model_file(path)
+    model_ops = extract(spec, train)
     tasks = model_tasks(model_ops)
     target = resolve_target(target_text)
     versions = current_versions(SPACE_VERSION)
@@ -139,9 +153,33 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
         records = {k: r for k, r in records.items() if k in winners}
         if records:        # again: the library's metadata carries the times of the calls
             _write(tasks, choices, records, target, out_dir)
+    check = None
+    if records and step_check:
+        choices, records, check = _check_step(spec, model_ops, tasks, choices, records,
+                                              target, out_dir, step_rounds)
     if not records:  # torch wins everywhere: no library, only the decisions
         _clear_library(out_dir)
-    return write_choices(out_dir, path, train, choices), choices
+    return write_choices(out_dir, path, train, choices,
+                         check.to_json() if check else None), choices
+
+
+def _check_step(spec, model_ops, tasks, choices, records, target, out_dir, rounds):
+    """The step check over the library in `out_dir` (step_check.py): (choices with the
+    undone groups left to torch, the records still chosen, the check); the library is
+    written again without the undone kernels."""
+    from .step_check import check_step, chosen_groups, undo
+
+    check = check_step(spec, out_dir, model_ops, choices, model_ops.train,
+                       baseline_threads(target), rounds)
+    if check is None or not check.undone:
+        return choices, records, check
+    groups = chosen_groups(model_ops, choices)
+    choices = exclude_split_calls(model_ops, undo(choices, groups, check.undone))
+    winners = {c.task_key for c in choices if c.chosen == "autosched"}
+    records = {k: r for k, r in records.items() if k in winners}
+    if records:
+        _write(tasks, choices, records, target, out_dir)
+    return choices, records, check
 
 
 def recorded_choices(model_ops, tasks, db, target, versions) -> list:
