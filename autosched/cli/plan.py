@@ -62,6 +62,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--memeff-library", metavar="DIR",
                    help="exported library of autosched/runtime/memeff/workloads.py: the "
                         "memory-efficient GELU runs (and is measured with) its fused kernel")
+    p.add_argument("--stages", type=int, metavar="S",
+                   help="a pipeline-parallel plan of S stages under 1F1B (per-device "
+                        "budget; BPipe transfers where they pay)")
+    p.add_argument("--micro-batches", type=int, metavar="M",
+                   help="with --stages: micro-batches make_inputs()'s batch is split into")
     return p
 
 
@@ -109,6 +114,9 @@ def _budgets(args) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Profile, then choose by measurement (or plan alone), print; returns the exit code
     (UserError propagates to the CLI)."""
+    if args.stages is not None:
+        from .pipeline_plan import run as run_pipeline
+        return run_pipeline(args)
     _check(args)
     import torch
 

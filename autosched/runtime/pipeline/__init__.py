@@ -1,0 +1,35 @@
+"""Pipeline-parallel training plans: stage boundaries, per-stage actions, BPipe transfers.
+
+    plan = plan_pipeline(model, batch, stages=4, micro_batches=8, budget="2GiB")
+    PipelinePlan.from_json(plan.to_json())
+
+A plan splits the model's layers (runtime/layers.py) into contiguous stages, picks each
+layer's action (the single-device planner's: keep, recompute, memory-efficient forms...)
+and which micro-batches' activations a pressured stage parks on a light one (BPipe),
+minimising the step time of a simulated 1F1B schedule under a per-device budget of saved
+activation bytes (Mist's co-optimisation of memory techniques and partition, on the
+schedule's critical path with transfers overlapped).
+
+    schedule.py            1F1B op order and the event simulation (step time, memory)
+    costs.py               per-layer, per-action costs; a stage's fastest fitting actions
+    partition.py           boundaries and actions: exhaustive where small, else a DP
+    bpipe.py               BPipe's pairs, parking choices, and when transfers pay
+    planner.py             costs -> the best candidate -> the document (pure Python)
+    document.py            PipelinePlan: the versioned JSON document and its table
+    link.py                the point-to-point link: default, measure_link()
+    make_pipeline_plan.py  plan_pipeline(): profile a model, then plan
+
+torch is imported only when plan_pipeline or measure_link is used.
+"""
+from ...lazy import lazy_names
+
+__all__ = ["plan_pipeline", "PipelinePlan", "plan_from_costs", "simulate", "StageCost",
+           "Transfer", "Cost", "LayerCosts", "ModelCosts", "Link", "default_link",
+           "measure_link"]
+
+__getattr__ = lazy_names(__name__, {
+    "plan_pipeline": ".make_pipeline_plan", "PipelinePlan": ".document",
+    "plan_from_costs": ".planner", "simulate": ".schedule", "StageCost": ".schedule",
+    "Transfer": ".schedule", "Cost": ".costs", "LayerCosts": ".costs",
+    "ModelCosts": ".costs", "Link": ".costs", "default_link": ".link",
+    "measure_link": ".link"})
