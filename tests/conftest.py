@@ -44,6 +44,7 @@ SERIAL = (
     "rpc/test_faults.py",
     "rpc/test_runner.py",
     "runtime/test_prediction.py::test_predicted_slowdown_over_keeping_everything_is_close",
+    "runtime/test_pipeline_run.py",
 )
 
 

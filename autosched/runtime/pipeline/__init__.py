@@ -18,18 +18,31 @@ schedule's critical path with transfers overlapped).
     document.py            PipelinePlan: the versioned JSON document and its table
     link.py                the point-to-point link: default, measure_link()
     make_pipeline_plan.py  plan_pipeline(): profile a model, then plan
+    run.py                 run_pipeline(): one training step of a plan on torch.distributed
+                           (gloo, one torchrun process per stage), and the same step in
+                           one process to compare gradients with
+    launch.py              the plan as the runner reads it; torchrun; a failed stage
+    worker.py              one stage's process: its layers, actions, Schedule1F1B
+    parking.py             BPipe's transfers between stages, overlapped with compute
+    stage_meter.py         saved-activation bytes per micro-batch, as they live
 
-torch is imported only when plan_pipeline or measure_link is used.
+    result = run_pipeline("gpt.py", plan.to_json(), "work/")           # PipelineResult
+    compare_with_single_process("gpt.py", plan.to_json(), result)      # GradComparison
+
+torch is imported only when plan_pipeline, measure_link or the runner is used.
 """
 from ...lazy import lazy_names
 
 __all__ = ["plan_pipeline", "PipelinePlan", "plan_from_costs", "simulate", "StageCost",
            "Transfer", "Cost", "LayerCosts", "ModelCosts", "Link", "default_link",
-           "measure_link"]
+           "measure_link", "run_pipeline", "compare_with_single_process",
+           "PipelineResult", "GradComparison"]
 
 __getattr__ = lazy_names(__name__, {
     "plan_pipeline": ".make_pipeline_plan", "PipelinePlan": ".document",
     "plan_from_costs": ".planner", "simulate": ".schedule", "StageCost": ".schedule",
     "Transfer": ".schedule", "Cost": ".costs", "LayerCosts": ".costs",
     "ModelCosts": ".costs", "Link": ".costs", "default_link": ".link",
-    "measure_link": ".link"})
+    "measure_link": ".link", "run_pipeline": ".run",
+    "compare_with_single_process": ".run", "PipelineResult": ".run",
+    "GradComparison": ".run"})
