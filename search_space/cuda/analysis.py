@@ -119,20 +119,34 @@ def has_reuse(sch, block) -> bool:
     return False
 
 
-def footprint_bytes(sch, block, tiles: dict) -> int:
+def footprint_bytes(sch, block, tiles: dict, whole: frozenset = frozenset()) -> int:
     """Shared-memory bytes to stage every input of `block` for one tile: `tiles` maps
-    an iteration variable's position to its tile extent (others span one point)."""
+    an iteration variable's position to its tile extent (others span one point); the
+    inputs named in `whole` (a producer computed at the block's tile, chains.py) span
+    the block's whole reduction extent instead."""
     import tvm
 
     stmt = sch.get(block)
-    analyzer = tvm.sym.Analyzer()
+    full = dict(tiles)
     for pos, iv in enumerate(stmt.iter_vars):
-        analyzer.bind(iv.var, tvm.ir.Range(0, int(tiles.get(pos, 1))))
+        if int(iv.iter_type) == 2:
+            full[pos] = int(iv.dom.extent)
+    analyzers = {}
+
+    def analyzer(bound: dict):
+        key = id(bound)
+        if key not in analyzers:
+            analyzers[key] = tvm.sym.Analyzer()
+            for pos, iv in enumerate(stmt.iter_vars):
+                analyzers[key].bind(iv.var, tvm.ir.Range(0, int(bound.get(pos, 1))))
+        return analyzers[key]
+
     total = 0
     for acc in reads(sch, block):
+        bounds = analyzer(full if acc.name in whole else tiles)
         n = 1
         for e in acc.indices:
-            b = analyzer.const_int_bound(e)
+            b = bounds.const_int_bound(e)
             n *= int(b.max_value) - int(b.min_value) + 1
         total += n * ((int(acc.buffer.dtype.bits) * int(acc.buffer.dtype.lanes) + 7) // 8)
     return total

@@ -6,7 +6,8 @@ Sketches (each schedules every block of the task, so every candidate is valid CU
 - `simple` (`common.py`): elementwise producers inlined, thread count and unroll depth
   decided;
 - `tile` (`tiling.py`): multi-level tiling with shared-memory staging for reductions
-  with data reuse (matmul, convolution, batch matmul), when the task has one;
+  with data reuse (matmul, convolution, batch matmul), when the task has one; in a
+  chain of such reductions, where the producer runs is a decision (`chains.py`);
 - `tensor_core` (`tensor_core.py`): GEMM-shaped reductions on fp16 / bf16 inputs (matmul,
   batch matmul, dense with its epilogue, implicit-GEMM convolution) on `mma.sync` with
   pipelined `cp.async` staging, on sm_80 and newer, when the task has one;

@@ -5,8 +5,11 @@ levels) and each reduction loop three ways, ordered SSSRRSRS: blockIdx.x / vthre
 threadIdx.x over the fused outer spatial levels, the reduction tile loop, then the
 register tile. The inputs are staged in shared memory at the reduction tile loop and
 copied by all threads of the block together (optionally with vector loads); the
-output accumulates in registers and is written back by each thread, with elementwise
-consumers (bias, activation) inlined into that write-back.
+outputs (several when one reduction computes several results) accumulate in registers
+and are written back by each thread, with elementwise consumers (bias, activation)
+inlined into that write-back. A tiled reduction whose only consumer is another tiled
+reduction (a chain) is placed by its consumer: its own kernel, or computed in the
+consumer's thread block into shared memory (`chains.py`).
 
 Decisions are made so that every sample fits the target by construction: the thread,
 virtual-thread and register factors are chosen within what the earlier dimensions
@@ -24,6 +27,7 @@ from ..sketch import Sketch
 from ..tir import free_vars, iter_nodes
 from .analysis import (REDUCE, SPATIAL, TaskBlocks, classify, footprint_bytes,
                        innermost_var_position, loop_kinds, loop_positions, read_indices, reads)
+from .chains import PLACEMENTS, attach, chain_producers
 from .common import UNROLL_STEPS, annotate_unroll, bind_unbound, inline_spatial
 from .limits import GpuLimits
 from .reduction import cross_thread
@@ -76,8 +80,10 @@ def tile_roles(sch) -> TaskBlocks:
 
 
 class TiledGpuSketch(Sketch):
-    """Multi-level tiling of the reductions with data reuse; row reductions get a
-    cross-thread kernel; the remaining elementwise blocks are inlined or bound."""
+    """Multi-level tiling of the reductions with data reuse; a reduction feeding
+    another (a chain) is computed in its consumer's kernel or kept separate, a
+    decision (`chains.py`); row reductions get a cross-thread kernel; the remaining
+    elementwise blocks are inlined or bound."""
 
     name = "tile"
 
@@ -86,26 +92,44 @@ class TiledGpuSketch(Sketch):
 
     def apply(self, sch, decide: Decider) -> None:
         roles = tile_roles(sch)
+        chains = chain_producers(sch, roles.tiled, can_tile)
+        placed = {p for producers in chains.values() for p in producers}
         for name in roles.tiled:
-            if can_tile(sch, sch.get_sblock(name)):
-                tile_block(sch, name, decide, self.limits)
+            if name not in placed and can_tile(sch, sch.get_sblock(name)):
+                _tile_chain(sch, name, decide, self.limits, chains)
         inline_spatial(sch, roles.spatial)
         for name in roles.rows:
             cross_thread(sch, name, decide, self.limits)
         bind_unbound(sch, self.limits, decide)
 
 
-def _spatial_factors(sch, block, decide: Decider, limits: GpuLimits, name: str, dims) -> dict:
+def _tile_chain(sch, name: str, decide: Decider, limits: GpuLimits, chains: dict) -> None:
+    """Tile `name`, then the producers it left at the root, each with its own chain
+    (the producers of one computed in this kernel are tiled as kernels of their own)."""
+    for producer, where in tile_block(sch, name, decide, limits, chains.get(name, ())).items():
+        if where == "root":
+            _tile_chain(sch, producer, decide, limits, chains)
+        else:
+            for inner in chains.get(producer, ()):
+                _tile_chain(sch, inner, decide, limits, chains)
+
+
+def _spatial_factors(sch, block, decide: Decider, limits: GpuLimits, name: str, dims,
+                     fp=footprint_bytes) -> dict:
     """[grid, vthread, thread, reg_outer, reg_inner] per spatial position. The
     innermost dimension chooses first, so threads run along contiguous memory. Each
     factor is chosen within what the earlier ones left of the thread, virtual-thread
     and register budgets, and so that the inputs of the block's tile (with a
-    reduction tile of one) still fit in shared memory."""
-    threads, vthreads, regs = limits.max_threads_per_block, limits.max_vthread, MAX_REGISTER_TILE
+    reduction tile of one) still fit in shared memory (`fp` counts them)."""
+    # a block with several outputs (one reduction computing two results) keeps an
+    # accumulator of each per output point: the register budget is shared
+    outputs = max(1, len(sch.get(block).writes))
+    threads, vthreads = limits.max_threads_per_block, limits.max_vthread
+    regs = max(1, MAX_REGISTER_TILE // outputs)
     tiles, out = {}, {}
 
     def fitting(options, pos, done):
-        ok = [d for d in options if d == 1 or footprint_bytes(
+        ok = [d for d in options if d == 1 or fp(
             sch, block, {**tiles, pos: done * d}) <= limits.max_shared_memory_per_block]
         return ok or [1]
 
@@ -127,7 +151,7 @@ def _spatial_factors(sch, block, decide: Decider, limits: GpuLimits, name: str, 
 
 
 def _reduce_factors(sch, block, decide: Decider, limits: GpuLimits, name: str, dims,
-                    tiles: dict) -> dict:
+                    tiles: dict, fp=footprint_bytes) -> dict:
     """[tile loop, outer, inner] per reduction position; each tile is chosen among the
     divisors whose staged inputs still fit in shared memory."""
     out = {}
@@ -136,7 +160,7 @@ def _reduce_factors(sch, block, decide: Decider, limits: GpuLimits, name: str, d
             out[pos] = (1, 1, 1)
             continue
         fits = [d for d in divisors(extent)
-                if footprint_bytes(sch, block, {**tiles, pos: d})
+                if fp(sch, block, {**tiles, pos: d})
                 <= limits.max_shared_memory_per_block]
         kt = decide.choice(f"{name}.{var}.tile", fits or [1])
         tiles[pos] = kt
@@ -176,10 +200,13 @@ def _cooperative_fetch(sch, copy, depth: int, threads: int, vector: int) -> None
 
 
 def _inline_epilogue(sch, writeback) -> None:
-    """Fold single elementwise consumers (bias, activation) into the write-back."""
+    """Fold single elementwise consumers (bias, activation) into the write-back; not
+    a copy into shared memory or registers (a tiled consumer's staging of this
+    result: it belongs to that consumer's kernel)."""
     while True:
         consumers = sch.get_consumers(writeback)
-        if len(consumers) != 1 or not block_info(sch, consumers[0]).is_spatial:
+        if len(consumers) != 1 or not block_info(sch, consumers[0]).is_spatial \
+                or any(w.source.scope() != "global" for w in sch.get(consumers[0]).writes):
             return
         try:
             sch.reverse_compute_inline(consumers[0])
@@ -187,8 +214,11 @@ def _inline_epilogue(sch, writeback) -> None:
             return
 
 
-def tile_block(sch, name: str, decide: Decider, limits: GpuLimits) -> None:
-    """Multi-level tiling of one reduction block (see the module docstring)."""
+def tile_block(sch, name: str, decide: Decider, limits: GpuLimits,
+               producers: tuple[str, ...] = ()) -> dict[str, str]:
+    """Multi-level tiling of one reduction block (see the module docstring), with each
+    of `producers` (chained reductions it reads) placed by a decision; returns
+    producer -> placement (`chains.PLACEMENTS`)."""
     block = sch.get_sblock(name)
     names = _var_names(sch.get(block))
     loops, kinds, positions = sch.get_loops(block), loop_kinds(sch, block), loop_positions(sch, block)
@@ -197,12 +227,19 @@ def tile_block(sch, name: str, decide: Decider, limits: GpuLimits) -> None:
     rd = [(p, names[p], e) for p, k, e in zip(positions, kinds, extents) if k == REDUCE]
 
     # every decision first (they only read the block), then the schedule
-    sf = _spatial_factors(sch, block, decide, limits, name, sp)
+    placed = {p: decide.choice(f"{p}.compute_at", PLACEMENTS) for p in producers}
+    whole = frozenset(p for p, where in placed.items() if where == "block")
+
+    def fp(s, b, t):
+        return footprint_bytes(s, b, t, whole)
+
+    sf = _spatial_factors(sch, block, decide, limits, name, sp, fp)
     tiles = {p: e // sf[p][0] for p, _, e in sp}
-    factors = {**sf, **_reduce_factors(sch, block, decide, limits, name, rd, tiles)}
-    vectors = [decide.choice(f"{name}.{acc.name}.vector",
-                             _vector_options(sch, block, acc, tiles, limits))
-               for acc in reads(sch, block)]
+    factors = {**sf, **_reduce_factors(sch, block, decide, limits, name, rd, tiles, fp)}
+    attached = {p: w for p, w in placed.items() if w != "root"}
+    vectors = {acc.name: decide.choice(f"{name}.{acc.name}.vector",
+                                       _vector_options(sch, block, acc, tiles, limits))
+               for acc in reads(sch, block) if acc.name not in attached}
     unroll = decide.choice(f"{name}.unroll", UNROLL_STEPS)
 
     parts = {p: sch.split(lp, list(factors[p])) for lp, p in zip(loops, positions)}
@@ -217,23 +254,35 @@ def tile_block(sch, name: str, decide: Decider, limits: GpuLimits) -> None:
     threads = 1
     for p, _, _ in sp:
         threads *= sf[p][2]
-    _stage(sch, block, len(rd), threads, vectors)
+    _stage(sch, block, len(rd), threads, vectors, attached)
     annotate_unroll(sch, bx, unroll)
+    return placed
 
 
-def _stage(sch, block, n_reduce: int, threads: int, vectors: list[int]) -> None:
-    """Registers for the output (written back per thread, epilogue folded in), shared
-    memory for the inputs at the innermost reduction tile loop, the accumulator's
-    initialisation hoisted out of the reduction."""
-    writeback = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(writeback, sch.get_loops(block)[2], preserve_unit_loops=True)
+def _stage(sch, block, n_reduce: int, threads: int, vectors: dict[str, int],
+           attached: dict[str, str]) -> None:
+    """Registers for the outputs (written back per thread, epilogue folded in), shared
+    memory for the inputs at the innermost reduction tile loop (only this block reads
+    the copy: another block may read the same input), the producers in `attached`
+    computed at the block tile or reduction tile loop instead of staged, the
+    accumulator's initialisation hoisted out of the reduction."""
+    writebacks = [sch.cache_write(block, index, "local")  # every output of the block
+                  for index in range(len(sch.get(block).writes))]
+    for writeback in writebacks:
+        sch.reverse_compute_at(writeback, sch.get_loops(block)[2], preserve_unit_loops=True)
     depth = 3 + n_reduce   # blockIdx, vthread, threadIdx, then the reduction tile loops
-    for acc_index, vector in zip(read_indices(sch, block), vectors):
-        copy = sch.cache_read(block, acc_index, "shared")
+    for acc_index, acc in zip(read_indices(sch, block), reads(sch, block)):
+        if acc.name in attached:
+            continue
+        copy = sch.cache_read(block, acc_index, "shared", consumer_blocks=[block])
         sch.compute_at(copy, sch.get_loops(block)[depth - 1], preserve_unit_loops=True)
-        _cooperative_fetch(sch, copy, depth, threads, vector)
+        _cooperative_fetch(sch, copy, depth, threads, vectors[acc.name])
+    for producer, where in attached.items():
+        anchor = sch.get_loops(block)[0 if where == "block" else depth - 1]
+        attach(sch, producer, anchor, threads)
     sch.decompose_reduction(block, sch.get_loops(block)[3])
-    _inline_epilogue(sch, writeback)
+    for writeback in writebacks:
+        _inline_epilogue(sch, writeback)
 
 
 def _fuse_bind(sch, loops, thread: str):
