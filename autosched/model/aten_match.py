@@ -12,6 +12,10 @@ The same function serves extraction (`tune-model`, `export-model`) and the torch
 backend, so the tasks that are tuned are exactly the ones the backend looks up. A node
 whose shapes are symbolic (dynamic shapes) or whose dtype is not generated never matches:
 a kernel exists for fixed shapes only.
+
+float32, float16 and bfloat16 graphs match (`dtypes.py`): a model cast with
+`model.to(dtype)`, and one under `torch.autocast`, whose graph casts a matmul's operands
+with ``_to_copy`` nodes that stay torch's and calls the matmul on the half tensors.
 """
 from __future__ import annotations
 
@@ -21,11 +25,11 @@ from dataclasses import dataclass
 
 import torch
 
+from .dtypes import HALF, dtype_name
 from .workloads import workload_name
 
 aten = torch.ops.aten
 
-DTYPES = {torch.float32: "float32"}
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 _TRANSPOSES = (aten.t.default, aten.transpose.int, aten.permute.default)
 
@@ -74,7 +78,7 @@ def _dtype(*nodes) -> str | None:
     generated (so the node stays torch's)."""
     vals = [_val(n) for n in nodes]
     dtypes = {v.dtype if isinstance(v, torch.Tensor) else None for v in vals}
-    return DTYPES.get(dtypes.pop()) if len(dtypes) == 1 else None
+    return dtype_name(dtypes.pop()) if len(dtypes) == 1 else None
 
 
 def _is_2d_transpose(node) -> bool:
@@ -127,7 +131,8 @@ def _epilogue(node) -> tuple:
 def _make(node, workload, params, inputs, shapes, output=None, group=None) -> OpMatch | None:
     output = output or node
     out_shape = _shape(output)
-    if out_shape is None or any(s is None for s in shapes):
+    if out_shape is None or any(s is None for s in shapes) or \
+            _dtype(output) != params["dtype"]:  # the kernel's output has the inputs' dtype
         return None
     return OpMatch(op_name(node), workload, params, tuple(inputs), tuple(shapes), output,
                    out_shape, group)
@@ -314,18 +319,22 @@ def _layer_norm_backward(node) -> list:
     for the outputs in use, reading the mean and rstd the forward saved."""
     dy, x, normalized, mean, rstd, gamma = node.args[:6]
     shape = _shape(x)
-    dtype = _dtype(dy, x, mean, rstd, gamma) if gamma is not None else None
+    dtype = _dtype(dy, x, gamma) if gamma is not None else None
+    stats = _dtype(mean, rstd)
     if dtype is None or shape is None or list(normalized) != [shape[-1]] or \
-            _shape(dy) != shape or _shape(mean) != shape[:-1] + (1,):
+            _shape(dy) != shape or _shape(mean) != shape[:-1] + (1,) or \
+            stats not in (dtype, "float32" if dtype in HALF else dtype):
         return []
     M, N = _rows(shape)
     params = {"M": M, "N": N, "dtype": dtype}
-    rows, stats = (M, N), (M,)
+    # half inputs with float32 statistics (torch's CUDA layer norm) are a workload variant
+    with_stats = dict(params, stats_dtype=stats) if stats != dtype else params
+    rows, stat_rows = (M, N), (M,)
     return _output_parts(node, {
-        0: ("aten_layer_norm_grad_input", params, (dy, x, mean, rstd, gamma),
-            (rows, rows, stats, stats, (N,))),
-        1: ("aten_layer_norm_grad_gamma", params, (dy, x, mean, rstd),
-            (rows, rows, stats, stats)),
+        0: ("aten_layer_norm_grad_input", with_stats, (dy, x, mean, rstd, gamma),
+            (rows, rows, stat_rows, stat_rows, (N,))),
+        1: ("aten_layer_norm_grad_gamma", with_stats, (dy, x, mean, rstd),
+            (rows, rows, stat_rows, stat_rows)),
         2: ("aten_layer_norm_grad_beta", params, (dy,), (rows,))})
 
 

@@ -4,10 +4,18 @@ Each function computes exactly what one aten operator (or an operator with its
 transposed operands folded in) computes, on the shapes the operator was called with;
 `workloads.py` pairs each with its torch twin and names the bindings. The row helpers
 (`row_mean`, `row_stats`) are public: op files build their layer norms from them.
+
+``dtype`` is the dtype of the tensors. For the half types the arithmetic is float32
+(`dtypes.accumulate_dtype`): inputs are cast in where they are read, sums and
+transcendental functions run in float32, and the result is cast to ``dtype`` at the end
+(a reduction gets a stage of its own, ``<name>_acc``, that the final cast reads). A
+float32 workload is the same expression it always was (its task key is unchanged).
 """
 from __future__ import annotations
 
 import math
+
+from .dtypes import HALF, accumulate_dtype
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -23,6 +31,29 @@ def _sum_product(a, b, k):
     return te.sum(a * b, axis=k)
 
 
+def _up(value, dtype):
+    """A value read from a `dtype` tensor, in the dtype the kernel computes in."""
+    return value.astype("float32") if dtype in HALF else value
+
+
+def _down(value, dtype):
+    """A computed value as the `dtype` of the output."""
+    return value.astype(dtype) if dtype in HALF else value
+
+
+def _acc_name(name: str, dtype) -> str:
+    """The name of a reduction stage whose result `_cast_out` makes the output `name`."""
+    return f"{name}_acc" if dtype in HALF else name
+
+
+def _cast_out(t, dtype, name: str):
+    """`t` (computed in float32 for a half `dtype`) cast to `dtype` as the output `name`;
+    `t` itself for any other dtype."""
+    if dtype not in HALF:
+        return t
+    return _te().compute(t.shape, lambda *i: t(*i).astype(dtype), name=name)
+
+
 def _matmul(M, N, K, dtype, a_transposed=False, b_transposed=False):
     """C (M, N) = op(A) @ op(B), op a transpose where asked: the kernel reads the operand
     in the layout it is stored in instead of a copy made by a transpose."""
@@ -32,12 +63,13 @@ def _matmul(M, N, K, dtype, a_transposed=False, b_transposed=False):
     k = te.reduce_axis((0, K), name="k")
 
     def a(i):
-        return A[k, i] if a_transposed else A[i, k]
+        return _up(A[k, i] if a_transposed else A[i, k], dtype)
 
     def b(j):
-        return B[j, k] if b_transposed else B[k, j]
+        return _up(B[j, k] if b_transposed else B[k, j], dtype)
 
-    return A, B, te.compute((M, N), lambda i, j: _sum_product(a(i), b(j), k), name="C")
+    C = te.compute((M, N), lambda i, j: _sum_product(a(i), b(j), k), name=_acc_name("C", dtype))
+    return A, B, _cast_out(C, dtype, "C")
 
 
 def mm(M=64, N=64, K=64, dtype="float32"):
@@ -73,8 +105,11 @@ def linear(M=64, N=64, K=64, epilogue="none", dtype="float32"):
     w = te.placeholder((N, K), name="w", dtype=dtype)
     b = te.placeholder((N,), name="b", dtype=dtype)
     k = te.reduce_axis((0, K), name="k")
-    xw = te.compute((M, N), lambda i, j: _sum_product(x[i, k], w[j, k], k), name="xw")
-    y = te.compute((M, N), lambda i, j: _epilogue(xw[i, j] + b[j], epilogue, dtype), name="y")
+    acc = accumulate_dtype(dtype)
+    xw = te.compute((M, N), lambda i, j: _sum_product(_up(x[i, k], dtype), _up(w[j, k], dtype),
+                                                      k), name="xw")
+    y = te.compute((M, N), lambda i, j: _down(_epilogue(xw[i, j] + _up(b[j], dtype), epilogue,
+                                                        acc), dtype), name="y")
     return x, w, b, y
 
 
@@ -84,8 +119,9 @@ def bmm(B=4, M=64, N=64, K=64, dtype="float32"):
     a = te.placeholder((B, M, K), name="A", dtype=dtype)
     b = te.placeholder((B, K, N), name="Bm", dtype=dtype)
     k = te.reduce_axis((0, K), name="k")
-    return a, b, te.compute((B, M, N), lambda n, i, j: _sum_product(a[n, i, k], b[n, k, j], k),
-                            name="C")
+    C = te.compute((B, M, N), lambda n, i, j: _sum_product(
+        _up(a[n, i, k], dtype), _up(b[n, k, j], dtype), k), name=_acc_name("C", dtype))
+    return a, b, _cast_out(C, dtype, "C")
 
 
 def softmax(M=64, N=64, dtype="float32"):
@@ -93,11 +129,11 @@ def softmax(M=64, N=64, dtype="float32"):
     te = _te()
     x = te.placeholder((M, N), name="x", dtype=dtype)
     k1 = te.reduce_axis((0, N), name="k1")
-    row_max = te.compute((M,), lambda i: te.max(x[i, k1], axis=k1), name="row_max")
-    exp = te.compute((M, N), lambda i, j: te.exp(x[i, j] - row_max[i]), name="exp")
+    row_max = te.compute((M,), lambda i: te.max(_up(x[i, k1], dtype), axis=k1), name="row_max")
+    exp = te.compute((M, N), lambda i, j: te.exp(_up(x[i, j], dtype) - row_max[i]), name="exp")
     k2 = te.reduce_axis((0, N), name="k2")
     row_sum = te.compute((M,), lambda i: te.sum(exp[i, k2], axis=k2), name="row_sum")
-    return x, te.compute((M, N), lambda i, j: exp[i, j] / row_sum[i], name="y")
+    return x, te.compute((M, N), lambda i, j: _down(exp[i, j] / row_sum[i], dtype), name="y")
 
 
 def softmax_backward(M=64, N=64, dtype="float32"):
@@ -106,8 +142,10 @@ def softmax_backward(M=64, N=64, dtype="float32"):
     dy = te.placeholder((M, N), name="dy", dtype=dtype)
     y = te.placeholder((M, N), name="y", dtype=dtype)
     k = te.reduce_axis((0, N), name="k")
-    dot = te.compute((M,), lambda i: te.sum(dy[i, k] * y[i, k], axis=k), name="dot")
-    return dy, y, te.compute((M, N), lambda i, j: y[i, j] * (dy[i, j] - dot[i]), name="dx")
+    dot = te.compute((M,), lambda i: te.sum(_up(dy[i, k], dtype) * _up(y[i, k], dtype), axis=k),
+                     name="dot")
+    return dy, y, te.compute((M, N), lambda i, j: _down(
+        _up(y[i, j], dtype) * (_up(dy[i, j], dtype) - dot[i]), dtype), name="dx")
 
 
 def row_mean(f, M, N, dtype, name):
@@ -121,9 +159,15 @@ def row_mean(f, M, N, dtype, name):
 
 def row_stats(x, M, N, eps, dtype):
     """Mean and 1/std of each row of x (M, N), as layer norm computes them."""
+    return _row_stats(lambda i, j: x[i, j], M, N, eps, dtype)
+
+
+def _row_stats(load, M, N, eps, dtype):
+    """`row_stats` of the values `load(i, j)`, computed in `dtype`."""
     te = _te()
-    mean = row_mean(lambda i, j: x[i, j], M, N, dtype, "mean")
-    var = row_mean(lambda i, j: (x[i, j] - mean[i]) * (x[i, j] - mean[i]), M, N, dtype, "var")
+    mean = row_mean(load, M, N, dtype, "mean")
+    var = row_mean(lambda i, j: (load(i, j) - mean[i]) * (load(i, j) - mean[i]), M, N, dtype,
+                   "var")
     rstd = te.compute((M,), lambda i: te.rsqrt(var[i] + te.const(eps, dtype)), name="rstd")
     return mean, rstd
 
@@ -134,48 +178,60 @@ def layer_norm(M=64, N=64, eps=1e-5, dtype="float32"):
     x = te.placeholder((M, N), name="x", dtype=dtype)
     gamma = te.placeholder((N,), name="gamma", dtype=dtype)
     beta = te.placeholder((N,), name="beta", dtype=dtype)
-    mean, rstd = row_stats(x, M, N, eps, dtype)
-    y = te.compute((M, N), lambda i, j: (x[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j],
-                   name="y")
+    mean, rstd = _row_stats(lambda i, j: _up(x[i, j], dtype), M, N, eps, accumulate_dtype(dtype))
+    y = te.compute((M, N), lambda i, j: _down(
+        (_up(x[i, j], dtype) - mean[i]) * rstd[i] * _up(gamma[j], dtype) + _up(beta[j], dtype),
+        dtype), name="y")
     return x, gamma, beta, y
 
 
-def _normalized(x, mean, rstd):
+def _normalized(x, mean, rstd, dtype, stats_dtype):
     """xhat (i, j) of layer norm from the saved row statistics."""
-    return lambda i, j: (x[i, j] - mean[i]) * rstd[i]
+    return lambda i, j: (_up(x[i, j], dtype) - _up(mean[i], stats_dtype)) * \
+        _up(rstd[i], stats_dtype)
 
 
-def _ln_backward_inputs(M, N, dtype):
+def _ln_backward_inputs(M, N, dtype, stats_dtype):
+    """dy, x (M, N) and the saved mean, rstd (M,): in `dtype`, the statistics in
+    `stats_dtype` (None: `dtype`; torch's CUDA layer norm saves float32 ones for half
+    inputs)."""
     te = _te()
+    stats_dtype = stats_dtype or dtype
     return (te.placeholder((M, N), name="dy", dtype=dtype),
             te.placeholder((M, N), name="x", dtype=dtype),
-            te.placeholder((M,), name="mean", dtype=dtype),
-            te.placeholder((M,), name="rstd", dtype=dtype))
+            te.placeholder((M,), name="mean", dtype=stats_dtype),
+            te.placeholder((M,), name="rstd", dtype=stats_dtype))
 
 
-def layer_norm_grad_input(M=64, N=64, dtype="float32"):
+def layer_norm_grad_input(M=64, N=64, dtype="float32", stats_dtype=None):
     """dx of `layer_norm` (aten.native_layer_norm_backward's first output) from dy, x, the
     saved mean and rstd (M,) and gamma: rstd * (g - mean_j g - xhat * mean_j (g xhat)),
     g = dy * gamma."""
     te = _te()
-    dy, x, mean, rstd = _ln_backward_inputs(M, N, dtype)
+    dy, x, mean, rstd = _ln_backward_inputs(M, N, dtype, stats_dtype)
     gamma = te.placeholder((N,), name="gamma", dtype=dtype)
-    xhat = _normalized(x, mean, rstd)
-    g_mean = row_mean(lambda i, j: dy[i, j] * gamma[j], M, N, dtype, "g_mean")
-    gx_mean = row_mean(lambda i, j: dy[i, j] * gamma[j] * xhat(i, j), M, N, dtype, "gx_mean")
-    dx = te.compute((M, N), lambda i, j: rstd[i] * (dy[i, j] * gamma[j] - g_mean[i]
-                                                    - xhat(i, j) * gx_mean[i]), name="dx")
+    acc, sd = accumulate_dtype(dtype), mean.dtype
+    xhat = _normalized(x, mean, rstd, dtype, sd)
+
+    def g(i, j):
+        return _up(dy[i, j], dtype) * _up(gamma[j], dtype)
+
+    g_mean = row_mean(g, M, N, acc, "g_mean")
+    gx_mean = row_mean(lambda i, j: g(i, j) * xhat(i, j), M, N, acc, "gx_mean")
+    dx = te.compute((M, N), lambda i, j: _down(_up(rstd[i], sd) * (
+        g(i, j) - g_mean[i] - xhat(i, j) * gx_mean[i]), dtype), name="dx")
     return dy, x, mean, rstd, gamma, dx
 
 
-def layer_norm_grad_gamma(M=64, N=64, dtype="float32"):
+def layer_norm_grad_gamma(M=64, N=64, dtype="float32", stats_dtype=None):
     """dgamma (N,) of `layer_norm`: sum over rows of dy * xhat."""
     te = _te()
-    dy, x, mean, rstd = _ln_backward_inputs(M, N, dtype)
-    xhat = _normalized(x, mean, rstd)
+    dy, x, mean, rstd = _ln_backward_inputs(M, N, dtype, stats_dtype)
+    xhat = _normalized(x, mean, rstd, dtype, mean.dtype)
     i = te.reduce_axis((0, M), name="i")
-    return dy, x, mean, rstd, te.compute((N,), lambda j: te.sum(dy[i, j] * xhat(i, j), axis=i),
-                                         name="dgamma")
+    dgamma = te.compute((N,), lambda j: te.sum(_up(dy[i, j], dtype) * xhat(i, j), axis=i),
+                        name=_acc_name("dgamma", dtype))
+    return dy, x, mean, rstd, _cast_out(dgamma, dtype, "dgamma")
 
 
 def layer_norm_grad_beta(M=64, N=64, dtype="float32"):
@@ -183,7 +239,9 @@ def layer_norm_grad_beta(M=64, N=64, dtype="float32"):
     te = _te()
     dy = te.placeholder((M, N), name="dy", dtype=dtype)
     i = te.reduce_axis((0, M), name="i")
-    return dy, te.compute((N,), lambda j: te.sum(dy[i, j], axis=i), name="dbeta")
+    dbeta = te.compute((N,), lambda j: te.sum(_up(dy[i, j], dtype), axis=i),
+                       name=_acc_name("dbeta", dtype))
+    return dy, _cast_out(dbeta, dtype, "dbeta")
 
 
 def _gelu_erf(v, dtype):
@@ -202,8 +260,9 @@ def gelu(M=64, N=64, approximate="none", dtype="float32"):
     """GELU of x (M, N), exact (erf) or with torch's tanh approximation."""
     te = _te()
     x = te.placeholder((M, N), name="x", dtype=dtype)
-    act = _gelu_erf if approximate == "none" else _gelu_tanh
-    return x, te.compute((M, N), lambda i, j: act(x[i, j], dtype), name="y")
+    act, acc = _gelu_erf if approximate == "none" else _gelu_tanh, accumulate_dtype(dtype)
+    return x, te.compute((M, N), lambda i, j: _down(act(_up(x[i, j], dtype), acc), dtype),
+                         name="y")
 
 
 def gelu_backward(M=64, N=64, approximate="none", dtype="float32"):
@@ -211,6 +270,7 @@ def gelu_backward(M=64, N=64, approximate="none", dtype="float32"):
     te = _te()
     dy = te.placeholder((M, N), name="dy", dtype=dtype)
     x = te.placeholder((M, N), name="x", dtype=dtype)
+    io, dtype = dtype, accumulate_dtype(dtype)  # the constants and arithmetic: float32
     half, one = te.const(0.5, dtype), te.const(1.0, dtype)
 
     def erf_grad(v):  # Phi(v) + v * phi(v)
@@ -224,7 +284,8 @@ def gelu_backward(M=64, N=64, approximate="none", dtype="float32"):
         return half * (one + t) + half * v * (one - t * t) * du
 
     grad = erf_grad if approximate == "none" else tanh_grad
-    return dy, x, te.compute((M, N), lambda i, j: dy[i, j] * grad(x[i, j]), name="dx")
+    return dy, x, te.compute((M, N), lambda i, j: _down(
+        _up(dy[i, j], io) * grad(_up(x[i, j], io)), io), name="dx")
 
 
 def _zero_pad(x, pad: int, dtype):
@@ -250,21 +311,22 @@ def conv2d(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1, bias=True, epil
     padded = _zero_pad(x, pad, dtype)
     c, r, s = (te.reduce_axis((0, e), name=nm) for e, nm in ((C, "c"), (R, "r"), (S, "s")))
     out = te.compute((N, K, P, Q), lambda n, k, p, q: te.sum(
-        padded[n, c, p * stride + r, q * stride + s] * w[k, c, r, s], axis=[c, r, s]),
-        name="conv")
+        _up(padded[n, c, p * stride + r, q * stride + s], dtype) * _up(w[k, c, r, s], dtype),
+        axis=[c, r, s]), name="conv")
     return (x, w) + _conv_epilogue(out, bias, epilogue, dtype)
 
 
 def _conv_epilogue(out, bias: bool, epilogue: str, dtype) -> tuple:
     """(b, y) or (y,): the convolution `out` (N, K, ...) plus an optional bias (K,) per
-    output channel, then the epilogue."""
+    output channel, then the epilogue, cast to `dtype`."""
     te = _te()
-    shape = tuple(out.shape)
+    shape, acc = tuple(out.shape), accumulate_dtype(dtype)
     if not bias:
-        return (te.compute(shape, lambda *i: _epilogue(out(*i), epilogue, dtype), name="y"),)
+        return (te.compute(shape, lambda *i: _down(_epilogue(out(*i), epilogue, acc), dtype),
+                           name="y"),)
     b = te.placeholder((shape[1],), name="b", dtype=dtype)
-    return b, te.compute(shape, lambda *i: _epilogue(out(*i) + b[i[1]], epilogue, dtype),
-                         name="y")
+    return b, te.compute(shape, lambda *i: _down(
+        _epilogue(out(*i) + _up(b[i[1]], dtype), epilogue, acc), dtype), name="y")
 
 
 def conv1d(N=1, C=8, L=32, K=8, R=3, stride=1, pad=1, bias=True, epilogue="none",
@@ -277,7 +339,8 @@ def conv1d(N=1, C=8, L=32, K=8, R=3, stride=1, pad=1, bias=True, epilogue="none"
     padded = _zero_pad(x, pad, dtype)
     c, r = te.reduce_axis((0, C), name="c"), te.reduce_axis((0, R), name="r")
     out = te.compute((N, K, _conv_out(L, R, stride, pad)), lambda n, k, q: te.sum(
-        padded[n, c, q * stride + r] * w[k, c, r], axis=[c, r]), name="conv")
+        _up(padded[n, c, q * stride + r], dtype) * _up(w[k, c, r], dtype), axis=[c, r]),
+        name="conv")
     return (x, w) + _conv_epilogue(out, bias, epilogue, dtype)
 
 
@@ -300,10 +363,13 @@ def conv2d_grad_input(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1,
         p, q = te.indexdiv(hp, stride), te.indexdiv(vq, stride)
         inside = te.all(hp >= 0, vq >= 0, te.indexmod(hp, stride) == 0,
                         te.indexmod(vq, stride) == 0, p < P, q < Q)
-        value = dy[n, k, te.min(te.max(p, 0), P - 1), te.min(te.max(q, 0), Q - 1)] * w[k, c, r, s]
-        return te.sum(te.if_then_else(inside, value, te.const(0, dtype)), axis=[k, r, s])
+        value = _up(dy[n, k, te.min(te.max(p, 0), P - 1), te.min(te.max(q, 0), Q - 1)],
+                    dtype) * _up(w[k, c, r, s], dtype)
+        return te.sum(te.if_then_else(inside, value, te.const(0, accumulate_dtype(dtype))),
+                      axis=[k, r, s])
 
-    return dy, w, te.compute((N, C, H, W), term, name="dx")
+    dx = te.compute((N, C, H, W), term, name=_acc_name("dx", dtype))
+    return dy, w, _cast_out(dx, dtype, "dx")
 
 
 def conv2d_grad_weight(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1,
@@ -315,9 +381,10 @@ def conv2d_grad_weight(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1,
     x = te.placeholder((N, C, H, W), name="x", dtype=dtype)
     padded = _zero_pad(x, pad, dtype)
     n, p, q = (te.reduce_axis((0, e), name=nm) for e, nm in ((N, "n"), (P, "p"), (Q, "q")))
-    return dy, x, te.compute((K, C, R, S), lambda k, c, r, s: te.sum(
-        dy[n, k, p, q] * padded[n, c, p * stride + r, q * stride + s], axis=[n, p, q]),
-        name="dw")
+    dw = te.compute((K, C, R, S), lambda k, c, r, s: te.sum(
+        _up(dy[n, k, p, q], dtype) * _up(padded[n, c, p * stride + r, q * stride + s], dtype),
+        axis=[n, p, q]), name=_acc_name("dw", dtype))
+    return dy, x, _cast_out(dw, dtype, "dw")
 
 
 def conv2d_grad_bias(N=1, K=8, P=16, Q=16, dtype="float32"):
@@ -325,4 +392,6 @@ def conv2d_grad_bias(N=1, K=8, P=16, Q=16, dtype="float32"):
     te = _te()
     dy = te.placeholder((N, K, P, Q), name="dy", dtype=dtype)
     n, p, q = (te.reduce_axis((0, e), name=nm) for e, nm in ((N, "n"), (P, "p"), (Q, "q")))
-    return dy, te.compute((K,), lambda k: te.sum(dy[n, k, p, q], axis=[n, p, q]), name="db")
+    db = te.compute((K,), lambda k: te.sum(_up(dy[n, k, p, q], dtype), axis=[n, p, q]),
+                    name=_acc_name("db", dtype))
+    return dy, _cast_out(db, dtype, "db")

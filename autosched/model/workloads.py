@@ -7,8 +7,11 @@ twin computes the same thing with torch and serves two purposes: it is the basel
 `tune-model` times against the kernel, and the reference the tests compare with.
 
 Names start with ``aten_`` so that they do not collide with the workloads of op files when
-both are loaded as `torch.ops.autosched.*` in one process. Only fp32 and fp16 are
-generated (the dtype is a parameter); the matcher (`aten_match.py`) decides what applies.
+both are loaded as `torch.ops.autosched.*` in one process. The dtype is a parameter:
+float32, float16 and bfloat16 are generated (`dtypes.py`; the half types compute in
+float32 inside), and the twins run at the same dtype, so a half kernel is timed against
+torch's own half operator and checked against it at `dtypes.TWIN_TOLERANCE`. The
+matcher (`aten_match.py`) decides what applies.
 """
 from __future__ import annotations
 
@@ -90,6 +93,10 @@ def _torch_layer_norm_backward(dy, x, mean, rstd, gamma=None, part=0):
     import torch
 
     weight = gamma if gamma is not None else torch.ones(x.shape[-1], dtype=x.dtype)
+    if mean.dtype != x.dtype and x.device.type == "cpu":
+        # float32 statistics of half inputs (what CUDA saves); torch's CPU operator
+        # takes them in the inputs' dtype only
+        mean, rstd = mean.to(x.dtype), rstd.to(x.dtype)
     mask = [i == part for i in range(3)]
     return torch.ops.aten.native_layer_norm_backward(
         dy, x, [x.shape[-1]], mean.unsqueeze(-1), rstd.unsqueeze(-1), weight, None, mask)[part]
