@@ -126,6 +126,11 @@ class SearchSpace:
         """`func`'s fast-math form, or None; a rewrite that fails leaves the program
         without one (its sketches still schedule the plain form), with a note."""
         known = self._fast_forms.get(id(func))
+        if known is None and _holds_bfloat16(func):
+            # TVM's VectorizeLoop refuses the forms' Let bindings in a loop that also
+            # converts bfloat16 ("Let cannot bind the same var to two different values"):
+            # every such candidate would be a build error
+            known = self._fast_forms[id(func)] = (func, None)
         if known is None:
             try:
                 fast = fast_math_form(func)
@@ -278,3 +283,8 @@ def generate_space(task, target) -> SearchSpace:
     if rules is None:
         raise ValueError(f"no search-space rules for target kind {target.kind!r}")
     return SearchSpace(task, target, rules)
+
+
+def _holds_bfloat16(func) -> bool:
+    """Whether a parameter of `func` is a bfloat16 buffer."""
+    return any(str(buf.dtype) == "bfloat16" for buf in func.params)

@@ -242,3 +242,21 @@ def test_a_fast_exact_gelu_gradient_matches_float64(target):
     v = x.astype(np.float64)
     want = 1.5 * (0.5 * (1 + erf(v / math.sqrt(2))) + v * np.exp(-v * v / 2) / math.sqrt(2 * math.pi))
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1.5 * 3.5e-7 / 2)
+
+
+@pytest.mark.parametrize("dtype, offered", [("float32", True), ("float16", True),
+                                            ("bfloat16", False)])
+def test_bfloat16_computations_are_not_offered_fast_math(dtype, offered, target):
+    """A bfloat16 GELU computes erf in float32, but TVM's VectorizeLoop cannot build the
+    forms' Let bindings beside bfloat16 conversions: the decision would only waste trials."""
+    import random
+
+    from autosched.model.workloads import WORKLOADS
+    from autosched.workload import make_task
+    from search_space import generate_space
+
+    task = make_task(WORKLOADS["aten_gelu"].definition(), {"M": 8, "N": 32, "dtype": dtype})
+    rng = random.Random(0)
+    space = generate_space(task, target)
+    seen = any("fast_math" in space.sample(rng)[0].values() for _ in range(8))
+    assert seen is offered
