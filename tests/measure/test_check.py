@@ -27,6 +27,29 @@ def test_relative_tolerance_follows_the_documented_rule(dtype, extent, expected)
     assert relative_tolerance(dtype, extent) == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("dtype, extent, accumulate, expected", [
+    ("bfloat16", 64, "float32", 2.0 ** -6),             # two bf16 rounding steps, not 0.25
+    ("bfloat16", 1024, "float32", 2.0 ** -6),
+    ("float16", 64, "float32", 2.0 ** -9),
+    ("float16", 2 ** 30, "float32", 2.0 ** -9),         # above float32's cap of 1e-3
+    ("float16", 64, "float16", 4 * 2.0 ** -10 * 8),     # summed in the half type: as before
+    ("float16", 64, None, 4 * 2.0 ** -10 * 8),
+    ("float32", 1024, "float32", 4 * 2.0 ** -23 * 32),  # float32 itself: unchanged
+])
+def test_half_outputs_of_float32_sums_are_one_rounding_away(dtype, extent, accumulate, expected):
+    assert relative_tolerance(dtype, extent, accumulate) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_bfloat16_answer_off_by_ten_percent_now_fails():
+    ref = np.linspace(1, 2, 64).astype(np.float32)
+    off = ref * 1.10
+    loose = tolerance_for("bfloat16", 64, ref)
+    tight = tolerance_for("bfloat16", 64, ref, accumulate="float32")
+    assert compare("C", off, ref, loose) is None
+    assert compare("C", off, ref, tight).startswith("output C: 64 of 64 elements outside")
+    assert compare("C", ref * (1 + 2.0 ** -8), ref, tight) is None  # one rounding step
+
+
 @pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "bool"])
 def test_integer_and_boolean_outputs_are_exact(dtype):
     assert relative_tolerance(dtype, 1000) is None

@@ -14,7 +14,7 @@ import pytest
 from autosched.errors import InfrastructureError
 from autosched.measure.reference.check import relative_tolerance
 from autosched.measure.reference.data import (REFERENCE_VERSION, load_reference, random_inputs,
-                                              reduction_extent, reference_dir)
+                                              longest_reduction, reference_dir)
 from autosched.measure.reference.store import ensure_reference
 from autosched.measure.reference.job import TEST_FAULT_ATTR, ReferenceFailed
 from autosched.task import TensorSpec
@@ -30,7 +30,7 @@ def test_matmul_reference_is_the_product_of_its_inputs(tmp_path, matmul_task):
                                atol=1e-5)
     assert ref.meta["reduction_extent"] == 32
     assert (ref.meta["version"], ref.meta["target"], ref.meta["expected"], ref.meta["check"]) \
-        == (2, {"kind": "llvm"}, {"device": "cpu", "schedule": "unscheduled"}, None)
+        == (3, {"kind": "llvm"}, {"device": "cpu", "schedule": "unscheduled"}, None)
     (tol,) = ref.tolerances()
     assert tol.rtol == relative_tolerance("float32", 32) == 1e-5
     assert tol.atol == pytest.approx(1e-5 * np.abs(c).max())
@@ -68,7 +68,7 @@ def test_integer_and_boolean_inputs_are_small():
     ("dense_gelu.py", dict(M=4, N=8, K=48), 48),
 ])
 def test_reduction_extent_is_the_longest_reduction(task_of, op_file, args, extent):
-    assert reduction_extent(task_of(op_file, **args).func) == extent
+    assert longest_reduction(task_of(op_file, **args).func) == (extent, "float32")
 
 
 def test_elementwise_work_has_reduction_extent_one(tmp_path):
@@ -86,7 +86,7 @@ def test_elementwise_work_has_reduction_extent_one(tmp_path):
             return a, b, te.compute((N,), lambda i: a[i] + b[i], name="c")
     """))
     task = load_tasks(str(op))[0]
-    assert reduction_extent(task.func) == 1
+    assert longest_reduction(task.func) == (1, None)
     ref = ensure_reference(task, str(tmp_path / "wd"))
     (a, b), (c,) = ref.arrays()
     assert np.array_equal(c, a + b)
@@ -114,7 +114,7 @@ def test_a_reference_of_an_older_version_is_recomputed(tmp_path, matmul_task):
         json.dump(dict(meta, version=REFERENCE_VERSION - 1), f)
     assert load_reference(ref.directory) is None
     again = ensure_reference(matmul_task, str(tmp_path))
-    assert again.created and again.meta["version"] == REFERENCE_VERSION == 2
+    assert again.created and again.meta["version"] == REFERENCE_VERSION == 3
 
 
 def test_a_partial_directory_is_recomputed(tmp_path, matmul_task):

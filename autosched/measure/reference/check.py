@@ -19,6 +19,12 @@ The rule (one place, used by every runner):
   a margin of about 10x. ``floor`` absorbs differently vectorised transcendental
   functions on elementwise work; ``cap`` keeps the check meaningful for long low-precision
   reductions (there a wrong answer smaller than the cap can pass: bf16 carries 8 bits).
+- A half-precision output (float16, bfloat16) whose longest reduction accumulates in
+  float32 (cast in, summed in float32, cast out once, as the model path's kernels and
+  torch's compute them) is one final rounding away from any correct order of that sum:
+  ``tol = max(float32's tol, 2 half rounding steps)`` (2^-9 for fp16, 2^-6 for bf16),
+  where the rule above, made for sums in the half type itself, would let a bf16 answer
+  be off by 6% and more.
 - NaN must appear exactly where the reference has NaN; infinities must match in place
   and sign. A NaN where the reference has a number is always wrong.
 """
@@ -54,8 +60,16 @@ class Tolerance:
         return Tolerance(float(d["rtol"]), float(d["atol"]), bool(d["exact"]))
 
 
-def relative_tolerance(dtype: str, reduction_extent: int) -> float | None:
-    """`tol` of the module rule for a float dtype; None for an exact dtype."""
+# half dtype -> two rounding steps of the dtype relative to a value (2 * 2^-mantissa bits)
+HALF_ROUNDING = {"float16": 2.0 ** -9, "bfloat16": 2.0 ** -6}
+
+
+def relative_tolerance(dtype: str, reduction_extent: int,
+                       accumulate: str | None = None) -> float | None:
+    """`tol` of the module rule for a float dtype; None for an exact dtype. `accumulate`:
+    the dtype the longest reduction sums in (None when unknown)."""
+    if dtype in HALF_ROUNDING and accumulate == "float32":
+        return max(relative_tolerance("float32", reduction_extent), HALF_ROUNDING[dtype])
     rule = FLOAT_RULES.get(dtype)
     if rule is None:
         if dtype.startswith("float"):  # e.g. float8 variants: treat like bf16, the coarsest
@@ -66,9 +80,11 @@ def relative_tolerance(dtype: str, reduction_extent: int) -> float | None:
     return min(cap, max(floor, 4.0 * eps * math.sqrt(max(1, reduction_extent))))
 
 
-def tolerance_for(dtype: str, reduction_extent: int, reference: np.ndarray) -> Tolerance:
-    """The tolerance for one output, given the reference values it will be checked against."""
-    tol = relative_tolerance(dtype, reduction_extent)
+def tolerance_for(dtype: str, reduction_extent: int, reference: np.ndarray,
+                  accumulate: str | None = None) -> Tolerance:
+    """The tolerance for one output, given the reference values it will be checked
+    against (`accumulate`: see `relative_tolerance`)."""
+    tol = relative_tolerance(dtype, reduction_extent, accumulate)
     if tol is None:
         return Tolerance()
     ref = np.asarray(reference, dtype=np.float64)

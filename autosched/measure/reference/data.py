@@ -30,7 +30,9 @@ import numpy as np
 
 from .check import Tolerance, tolerance_for
 
-REFERENCE_VERSION = 2  # 2: made in a worker, maybe on the device (`expected`, `check`)
+# 2: made in a worker, maybe on the device (`expected`, `check`); 3: half outputs of
+# float32 sums get the tolerance of their accumulation (check.py)
+REFERENCE_VERSION = 3
 REFERENCE_TARGET = {"kind": "llvm"}  # the CPU reference: the generic CPU, plainest code
 
 
@@ -82,22 +84,26 @@ def poison(spec) -> np.ndarray:
     return np.full(spec.shape, np.nan, dtype=np.float32).astype(dt)
 
 
-def reduction_extent(func) -> int:
-    """Longest reduction in `func`: the largest product of reduction extents of a block."""
+def longest_reduction(func) -> tuple[int, str | None]:
+    """(extent, dtype) of the longest reduction in `func`: the largest product of
+    reduction extents of a block, and the dtype that block accumulates in (what it
+    writes); (1, None) without a reduction."""
     import tvm
     from tvm import s_tir
 
     sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-    best = 1
+    best: tuple[int, str | None] = (1, None)
 
     def walk(rv):
         nonlocal best
         for child in sch.get_child_blocks(rv):
+            stmt = sch.get(child)
             extent = 1
-            for iv in sch.get(child).iter_vars:
+            for iv in stmt.iter_vars:
                 if int(iv.iter_type) == 2:  # IterVar.CommReduce
                     extent *= int(iv.dom.extent)
-            best = max(best, extent)
+            if extent > best[0] and stmt.writes:
+                best = (extent, str(stmt.writes[0].source.dtype))
             walk(child)
 
     walk(sch.get_sblock("root"))
@@ -168,7 +174,8 @@ def load_reference(directory: str) -> Reference | None:
 def write_reference(directory: str, task: dict, seed: int, inputs, expected,
                     how: dict) -> dict:
     """Write the arrays and then ``meta.json`` into `directory`; returns the meta.
-    `task` is the request's description (key, name, inputs, outputs, reduction_extent),
+    `task` is the request's description (key, name, inputs, outputs, reduction_extent,
+    accumulate_dtype),
     `how` what made the expected outputs (``target``, ``expected``, ``check``)."""
     from ...task import TensorSpec
 
@@ -182,7 +189,8 @@ def write_reference(directory: str, task: dict, seed: int, inputs, expected,
             "outputs": []}
     for i, (spec, out) in enumerate(zip(out_specs, expected, strict=True)):
         entry = _save(directory, f"out{i}.npy", spec, out)
-        entry["tolerance"] = tolerance_for(spec.dtype, extent, out).to_json()
+        entry["tolerance"] = tolerance_for(spec.dtype, extent, out,
+                                           task.get("accumulate_dtype")).to_json()
         meta["outputs"].append(entry)
     with open(os.path.join(directory, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)

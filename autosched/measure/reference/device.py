@@ -20,7 +20,7 @@ outputs be trusted.
 """
 from __future__ import annotations
 
-from .data import REFERENCE_TARGET, reduction_extent
+from .data import REFERENCE_TARGET, longest_reduction
 
 SMALL_EXTENT = 64  # a power of two keeps the divisibility most workloads ask for
 SCHEDULES = ("unscheduled", "reference_schedule")
@@ -64,12 +64,13 @@ def on_device(target) -> bool:
 
 
 def describe(task, func=None) -> dict:
-    """What the worker needs to know of a task: key, name, argument specs and the
-    reduction extent the tolerance grows with."""
+    """What the worker needs to know of a task: key, name, argument specs, and the
+    longest reduction's extent (the tolerance grows with it) and accumulation dtype."""
+    extent, accumulate = longest_reduction(task.func if func is None else func)
     return {"key": task.key, "name": task.name,
             "inputs": [s.to_json() for s in task.inputs],
             "outputs": [s.to_json() for s in task.outputs],
-            "reduction_extent": reduction_extent(task.func if func is None else func)}
+            "reduction_extent": extent, "accumulate_dtype": accumulate}
 
 
 def plan(task, target, func=None) -> dict:

@@ -162,19 +162,22 @@ def run_check(check: dict | None, seed: int, fault: str | None) -> dict | None:
     got = run_module(check["device"], inputs, outs)
     if fault == "check_mismatch":
         got[0] = (got[0].astype(np.float64) + 1.0).astype(got[0].dtype)
-    message = first_mismatch(outs, got, want, int(task["reduction_extent"]))
+    message = first_mismatch(outs, got, want, int(task["reduction_extent"]),
+                             task.get("accumulate_dtype"))
     return {"task": task["name"], "task_key": task["key"], "args": check["args"],
             "shape": check["shape"], "target": check["device"]["target"],
             "ok": message is None, "message": message}
 
 
-def first_mismatch(out_specs, got, want, reduction_extent: int) -> str | None:
+def first_mismatch(out_specs, got, want, reduction_extent: int,
+                   accumulate: str | None = None) -> str | None:
     """None when every output in `got` matches `want` (the CPU's) under the tolerance
     candidates are judged by, else the first output's mismatch in one line."""
     from .check import compare, tolerance_for
 
     for spec, g, w in zip(out_specs, got, want, strict=True):
-        message = compare(spec.name, g, w, tolerance_for(spec.dtype, reduction_extent, w))
+        message = compare(spec.name, g, w,
+                          tolerance_for(spec.dtype, reduction_extent, w, accumulate))
         if message:
             return message
     return None
