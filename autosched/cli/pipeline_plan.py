@@ -4,7 +4,8 @@ The pipeline-parallel plan (autosched.runtime.pipeline.plan_pipeline): the model
 split into S stages run under 1F1B with M micro-batches (make_inputs() gives the whole
 step's batch, split along dimension 0 into M as the pipeline runner splits it), each
 layer's action, and BPipe transfers, fastest predicted within B bytes
-of saved activations per device. cli/plan.py hands over here when --stages is given;
+of saved activations per device (--no-bpipe: without transfers, the plan a pipeline
+without activation balancing gets). cli/plan.py hands over here when --stages is given;
 the plan options it shares (--layers, --repeats, --threads, --clock) mean the same.
 Prints the per-stage table; -o writes the plan document (runtime/pipeline/document.py).
 """
@@ -62,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     options = PlanOptions(layers=args.layers, allow_offload=False, repeats=args.repeats,
                           clock=args.clock)
     plan = plan_pipeline(spec.model, spec.inputs, args.stages, args.micro_batches,
-                         args.memory_budget, spec.loss_fn, options)
+                         args.memory_budget, spec.loss_fn, options,
+                         bpipe=not args.no_bpipe)
     print(plan.table())
     if args.output:
         _write_atomic(args.output, plan.to_json())

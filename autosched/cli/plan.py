@@ -67,6 +67,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "budget; BPipe transfers where they pay)")
     p.add_argument("--micro-batches", type=int, metavar="M",
                    help="with --stages: micro-batches make_inputs()'s batch is split into")
+    p.add_argument("--no-bpipe", action="store_true", help="with --stages: no BPipe transfers")
     return p
 
 

@@ -82,8 +82,31 @@ def test_parking_lowers_the_first_stage_and_raises_its_partner():
     assert sim.stages[0].parked_bytes_out == 2.0 and sim.stages[3].parked_bytes_in == 2.0
     assert sim.step_s == simulate(costs, 8).step_s == 33.0
     options = parking_options(4, 8, 0, 3)
+    # with transfers of a moment (the link moves one at a time): 2 resident needs every
+    # micro-batch parked, and stage 3 then hosts 4 at once (a park arrives before the
+    # previous fetch has gone back)
     assert [(p.resident, p.in_count, p.micro_batches) for p in options] == [
-        (3, 2, (0, 2, 4, 6)), (2, 3, (0, 2, 3, 4, 6, 7))]
+        (3, 2, (0, 2, 4, 6)), (2, 4, (0, 1, 2, 3, 4, 5, 6, 7))]
+
+
+def test_a_fetch_issued_at_a_parked_forward_waits_for_its_park():
+    """S = 3, M = 4: stage 0 runs F0 F1 F2 B0 F3 B1 B2 B3 and holds 3. Parking 0, 1 and 3
+    on stage 2, the fetch of 1 (issued as F3 starts) goes on the link after F3's park:
+    1 arrives only when 3 has left, so 2 are resident, never 3 (the runner keeps this
+    order: tests/runtime/test_pipeline_run.py measures it)."""
+    from autosched.runtime.pipeline.schedule import link_order
+
+    order = one_f_one_b(0, 3, 4)
+    assert link_order(order, {0: 2, 1: 2, 3: 2}) == {2: [
+        ("park", 0), ("park", 1), ("fetch", 0), ("park", 3), ("fetch", 1), ("fetch", 3)]}
+    costs = [StageCost(1.0, 2.0, 1.0), StageCost(1.0, 2.0, 0.0), StageCost(1.0, 2.0, 0.0)]
+    sim = simulate(costs, 4, [Transfer(0, 2, (0, 1, 3), 1.0, 0.25)])
+    assert sim.ops[0, "F", 3] == (9.0, 10.0)
+    assert sim.parks[0, 3] == (10.0, 10.25) and sim.fetches[0, 1] == (10.25, 10.5)
+    assert sim.ops[0, "B", 1] == (10.5, 12.5) and sim.stages[0].exposed_transfer_s == 0.5
+    assert sim.stages[0].peak_bytes == 2.0
+    assert [(p.resident, p.micro_batches) for p in parking_options(3, 4, 0, 2)] == [
+        (2, (0, 1, 3))]
 
 
 # -- the partition search against brute force -------------------------------------------
@@ -280,6 +303,12 @@ def test_cli_writes_a_pipeline_plan_covering_every_layer_once(tmp_path, capsys,
     covered = [name for s in range(2) for name in data["layers"][b[s]:b[s + 1]]]
     assert covered == data["layers"] and set(data["actions"]) == set(data["layers"])
     assert [s["held_micro_batches"] for s in data["predicted"]["stages"]] == [2, 1]
+    assert data["search"]["bpipe"] is True
+    args = _parse(str(model), "--stages", "2", "--micro-batches", "3", "--memory-budget",
+                  "1MiB", "--repeats", "1", "--no-bpipe", "-o", str(out))
+    assert cli_plan.run(args) == 0
+    data = json.loads(out.read_text())
+    assert data["search"]["bpipe"] is False and data["transfers"] == []
     with pytest.raises(UserError, match="--stages needs --micro-batches"):
         cli_plan.run(_parse(str(model), "--stages", "2", "--memory-budget", "1MiB"))
     with pytest.raises(UserError, match="split into 4 micro-batches, not 5"):

@@ -183,3 +183,44 @@ def test_a_boundary_where_more_than_one_tensor_flows_is_refused_in_one_line():
         check_boundaries(doc, _captured(model, (torch.randn(4, 4),)))
     assert str(e.value) == ("no stage boundary can sit before layer blocks.1: it receives "
                             "2 tensor(s), not only blocks.0's output; move the boundary")
+
+
+def _parking_plan(stages, micro, bounds, options_index=0):
+    """A plan parking stage 0's micro-batches on the last stage as bpipe chooses for
+    (stages, micro): the document and the Parking option."""
+    from autosched.runtime.pipeline.bpipe import parking_options
+
+    option = parking_options(stages, micro, 0, stages - 1)[options_index]
+    doc = plan(stages=stages, micro_batches=micro, boundaries=bounds,
+               transfers=[{"from": 0, "to": stages - 1,
+                           "micro_batches": list(option.micro_batches)}])
+    return doc, option
+
+
+@pytest.mark.parametrize("stages, micro, bounds", [(3, 4, [0, 1, 2, 4]),
+                                                   (4, 8, [0, 1, 2, 3, 4])])
+def test_a_parking_stage_holds_what_the_plan_counts(model_file, tmp_path, stages, micro,
+                                                    bounds):
+    """Stage 0 runs layer 0: per micro-batch it saves the input's storage (shared by all
+    micro-batches, and kept: pipelining holds it) and what it parks. Under 1F1B it holds
+    S micro-batches; parking bpipe's fewest-transfer choice it must hold `resident`, as
+    the plan's own simulation counts: 3 stages, 4 micro-batches, parking 0, 1, 3 gives
+    2 (the fetch of 1 issued at forward 3 waits for 3's park: out, then in); 4 stages,
+    8 micro-batches, parking the even ones gives 3."""
+    from autosched.runtime.pipeline.parking import planned
+
+    doc, option = _parking_plan(stages, micro, bounds)
+    assert (option.micro_batches, option.resident) == {
+        3: ((0, 1, 3), 2), 4: ((0, 2, 4, 6), 3)}[stages]
+    assert planned(read_plan(doc)).stages[0].peak_bytes == option.resident
+    result = run_pipeline(model_file, doc, tmp_path)
+    check = compare_with_single_process(model_file, doc, result)
+    assert (check.max_abs, check.within) == (0.0, True)
+    first = result.stages[0]
+    saved = first["saved_bytes_per_micro_batch"]
+    assert saved == [{4: 1024, 8: 768}[micro]] * micro     # 2 rows a micro-batch, or 1
+    moved = saved[0] - 512
+    assert sorted(r["park"] for r in first["transfers"] if "park" in r) == \
+        list(option.micro_batches)
+    assert first["peak_saved_bytes"] == 512 + option.resident * moved
+    # unparked it would hold S: 512 + S * moved (the 1F1B count, tested above)

@@ -12,8 +12,11 @@ Which micro-batches: those in a set of residue classes modulo the stage's warm-u
 (min(S - i, M) micro-batches are in flight at once, so each class has one member in every
 window). For each resident count the schedule can reach, `parking_options` keeps the set
 that parks the fewest micro-batches, then the one whose partner holds the fewest at once,
-counting with unit bytes and instantaneous transfers (structure only; the timed
-simulation checks the real peaks). Classes are enumerated exhaustively up to a window of
+counting with unit bytes and transfers of a moment (EPSILON_S: a link moves one transfer
+at a time, in schedule.link_order's order, so a park received before the previous
+fetch has gone back is hosted beside it, as the runner holds it; with instantaneous
+transfers the two would tie and the partner's count would be one too few). The timed
+simulation checks the real peaks. Classes are enumerated exhaustively up to a window of
 MAX_WINDOW, beyond that as evenly spread classes.
 
 `balance` walks the pairs in order, from the most pressured, and for each tries every
@@ -29,6 +32,7 @@ from .partition import Candidate, Parking, Search
 from .schedule import StageCost, Transfer, held_counts, simulate
 
 MAX_WINDOW = 10
+EPSILON_S = 2.0 ** -10     # a transfer's time against unit forwards: short, not zero
 
 
 def pairs(stages: int) -> list[tuple[int, int]]:
@@ -49,7 +53,7 @@ def parking_options(stages: int, micro_batches: int, src: int, dst: int) -> tupl
         parked = tuple(m for m in range(M) if m % window in classes)
         if not parked:
             continue
-        sim = simulate(unit, M, [Transfer(src, dst, parked, 1.0, 0.0)])
+        sim = simulate(unit, M, [Transfer(src, dst, parked, 1.0, EPSILON_S)])
         resident = round(sim.stages[src].peak_bytes)
         incoming = round(sim.stages[dst].parked_bytes_in)
         if resident >= window:

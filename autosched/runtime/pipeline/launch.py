@@ -52,6 +52,8 @@ class RunPlan:
     boundaries: tuple        # stage s runs layers[boundaries[s]:boundaries[s + 1]]
     actions: tuple           # one action name per layer, in model order
     transfers: tuple         # BPipe transfers: {"from", "to", "micro_batches", ...}
+    timing: tuple = ()       # per stage (forward_s, backward_s, bytes, send_s) as
+                             # planned; () when the document predicts none
 
 
 def _need(doc: dict, key: str, kind, what: str):
@@ -109,7 +111,22 @@ def read_plan(doc) -> RunPlan:
     for t in transfers:
         _check_transfer(t, stages, micro, parked)
     return RunPlan(stages, micro, schedule, tuple(layers), tuple(bounds),
-                        tuple(actions[n] for n in layers), tuple(transfers))
+                   tuple(actions[n] for n in layers), tuple(transfers),
+                   _timing(doc, stages))
+
+
+def _timing(doc: dict, stages: int) -> tuple:
+    """The planned per-stage costs (predicted.stages), or () where the document has
+    none in full (a plan written by hand): parking.py then follows the schedule's
+    structure alone."""
+    rows = (doc.get("predicted") or {}).get("stages") if isinstance(
+        doc.get("predicted"), dict) else None
+    keys = ("forward_s", "backward_s", "saved_bytes_per_micro_batch", "send_s")
+    if not isinstance(rows, list) or len(rows) != stages or not all(
+            isinstance(r, dict) and all(isinstance(r.get(k), (int, float)) for k in keys)
+            for r in rows):
+        return ()
+    return tuple(tuple(float(r[k]) for k in keys) for r in rows)
 
 
 def _check_transfer(t, stages: int, micro: int, parked: set) -> None:
@@ -140,7 +157,7 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 def launch(model_file: str, plan_doc: dict, workdir, *, seed: int = 0, threads: int = 1,
            limit_s: float = 300.0, comm_timeout_s: float = 60.0, warmup: int = 0,
-           bound_parks: bool = False, extra_env: dict | None = None) -> list[dict]:
+           bound_parks: bool = True, extra_env: dict | None = None) -> list[dict]:
     """Run `plan_doc` on `model_file` with one process per stage; each stage's measurements
     (its stage<r>.json), in stage order. Gradients stay in workdir (stage<r>.npz).
 
@@ -148,9 +165,9 @@ def launch(model_file: str, plan_doc: dict, workdir, *, seed: int = 0, threads: 
     comm_timeout_s: gloo's timeout for one collective or transfer (a stage waiting on a
     peer that hangs fails after it). warmup: unmeasured steps before the measured one
     (torch's first step also infers shapes and opens the links: its time is not a
-    step's). bound_parks: a stage's forward waits for its parks in flight (parking.py),
-    so its activation memory holds whatever the link's speed. extra_env: added to the
-    workers' environment.
+    step's). bound_parks: a stage's forward waits for the parks the plan has ended by
+    its start (parking.py), so its activation memory holds whatever the link's speed.
+    extra_env: added to the workers' environment.
     """
     plan = read_plan(plan_doc)
     work = Path(workdir)

@@ -12,7 +12,6 @@ where the single-device predictor counts it once).
 from __future__ import annotations
 
 import statistics
-import time
 
 from ..actions import ACTIONS
 from ..options import PlanOptions, plan_options
@@ -52,7 +51,8 @@ def plan_pipeline(model, example_inputs, stages: int, micro_batches: int, budget
         profile = profile_model(model, inputs, loss_fn, options)
     budget_bytes = parse_budget(budget, profile.keep_saved_bytes)
     layers = find_layers(model, profile.containers)
-    first, last = _rest_split(model, inputs, loss_fn, layers, profile)
+    first, last = _rest_split(model, inputs, loss_fn, layers, profile,
+                              clock=options.clock)
     costs = costs_of_profile(profile, first, last)
     info = {"class": type(model).__name__, "fingerprint": layers_fingerprint(layers),
             "containers": profile.containers, "device": profile.device,
@@ -97,8 +97,8 @@ def costs_of_profile(profile, first: Cost, last: Cost) -> ModelCosts:
     return ModelCosts(tuple(layers), first, last)
 
 
-def _rest_split(model, inputs, loss_fn, layers, profile, repeats: int = 5
-                ) -> tuple[Cost, Cost]:
+def _rest_split(model, inputs, loss_fn, layers, profile, repeats: int = 5,
+                clock: str = "wall") -> tuple[Cost, Cost]:
     """The rest of the model (outside the layers) as two parts: before the first layer
     (first stage) and after the last one (last stage, the loss included). Bytes: what
     only that part saves, from one metered forward. Forward seconds: the median over
@@ -108,7 +108,10 @@ def _rest_split(model, inputs, loss_fn, layers, profile, repeats: int = 5
     measured steps: too noisy to split)."""
     from ...model.training_step import compute_loss
     from ..layers import CallCapture
+    from ..measured_step import clock_fn
     from ..meter import SavedTensorMeter, model_state
+
+    now = clock_fn(clock)          # the profile's clock: the layers' times are on it
 
     first_name, last_name = layers[0].name, layers[-1].name
     meter = SavedTensorMeter(model_state(model))
@@ -117,25 +120,25 @@ def _rest_split(model, inputs, loss_fn, layers, profile, repeats: int = 5
     def entering(name):
         meter.context = name
         if name == first_name:
-            marks.setdefault("enter", time.perf_counter())
+            marks.setdefault("enter", now())
 
     def leaving(name):
         meter.context = name if name != last_name else "after"
         if name == last_name:
-            marks["exit"] = time.perf_counter()
+            marks["exit"] = now()
 
     pre, post = [], []
     for k in range(repeats + 1):             # the first, metered, is not timed
         marks.clear()
         meter.context = "before"
         with CallCapture(layers, on_enter=entering, on_exit=leaving):
-            t0 = time.perf_counter()
+            t0 = now()
             if k == 0:
                 with meter:
                     loss = compute_loss(model, inputs, loss_fn)
             else:
                 loss = compute_loss(model, inputs, loss_fn)
-            t1 = time.perf_counter()
+            t1 = now()
         del loss
         if k:
             pre.append(marks["enter"] - t0)

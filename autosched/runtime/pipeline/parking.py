@@ -1,21 +1,36 @@
 """BPipe's transfers carried out: a stage parks micro-batches' saved activations on another
-stage between their forward and their backward.
+stage between their forward and their backward, holding no more than the plan counts.
 
-When the planned schedule (schedule.py) says: a park starts when the micro-batch's
-forward ends; its fetch is issued when the stage starts the op that precedes the
-micro-batch's backward in its 1F1B order (one op of prefetch); the backward waits for
-the fetch. The sending stage copies the saved storages into one buffer, lets autograd's
-slots go (the storages are freed) and sends the buffer; the host keeps it until it is
-fetched; the copies are put back into the same slots (Held), as views of the fetched
-buffer with the original offsets, sizes and strides, so the backward computes exactly
-what it would have. Storages the stage keeps anyway (its inputs and output, which
-pipelining holds for backward) and selective checkpoint caches stay.
+The runner keeps the planned schedule's memory order (schedule.py), so a stage's measured
+saved bytes stay within what the plan's simulation predicts, whatever the link's speed:
 
-Transfers run on a separate gloo group, in threads (one each way per pair of stages),
-so the schedule's own sends and receives never wait on them and the transfers overlap
-compute. Their bytes count in LiveBytes: on the sender until the send is done, on the
-host from its receive until it is fetched back, on the sender again from the fetch.
-Each transfer's start and end (seconds from the step's start) are recorded.
+- a pair's transfers run one at a time in the simulation's link order
+  (schedule.link_order): per op, the park of a parked forward's micro-batch, then the
+  fetch issued as the op starts; so a fetch issued at a parked forward waits for that
+  forward's park (out, then in);
+- a fetch is issued as the op before the micro-batch's backward starts, if the plan
+  starts it before that op ends; otherwise (the plan releases that op's micro-batch
+  first) as the backward starts; the backward waits for it;
+- with `bound` (the default), a forward first waits for the parks the plan has ended by
+  its start: a link slower than planned costs waiting time, never memory. Without it, a
+  slow park overlaps later forwards and the stage can hold more than planned.
+
+The plan's timeline is the simulation of its predicted stage costs and transfer times;
+a document without predictions (written by hand) gets unit costs and instantaneous
+transfers: the schedule's structure.
+
+The sending stage collects the saved storages, lets autograd's slots go and sends them
+as they are (freed once sent); the host keeps them until fetched; the copies are put
+back into the same slots (Held), as views of the fetched buffers with the original
+offsets, sizes and strides, so the backward computes exactly what it would have.
+Storages the stage keeps anyway (its inputs and output, which pipelining holds for
+backward) and selective checkpoint caches stay.
+
+Transfers run on a separate gloo group, in one thread per pair on each side, so the
+schedule's own sends and receives never wait on them and the transfers overlap compute.
+Their bytes count in LiveBytes: on the sender until the send is done, on the host from
+its receive until it is sent back, on the sender again from the fetch's start. Each
+transfer's times (seconds from the step's start) are recorded.
 """
 from __future__ import annotations
 
@@ -25,18 +40,44 @@ import time
 
 import torch
 
+from .schedule import StageCost, Transfer, link_order, one_f_one_b, simulate
+
 PARK, FETCH = 1, 2          # p2p tags
 
 
 def stage_order(stages: int, micro_batches: int, stage: int) -> list[tuple[str, int]]:
-    """The 1F1B order of a stage's ops, as torch's Schedule1F1B runs them."""
-    warm = min(micro_batches, stages - stage)
-    order = [("F", m) for m in range(warm)]
-    for b in range(micro_batches):
-        order.append(("B", b))
-        if warm + b < micro_batches:
-            order.append(("F", warm + b))
-    return order
+    """The 1F1B order of a stage's ops, as torch's Schedule1F1B runs them (the same as
+    schedule.one_f_one_b: S - i forwards before the first backward)."""
+    return one_f_one_b(stage, stages, micro_batches)
+
+
+def planned(plan):
+    """The plan's own schedule.Simulation (see the module docstring)."""
+    def number(t, key, default):
+        v = t.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) \
+            else default
+
+    if plan.timing:
+        costs = [StageCost(*row) for row in plan.timing]
+        transfers = [Transfer(t["from"], t["to"], tuple(t["micro_batches"]),
+                              plan.timing[t["from"]][2], number(t, "seconds", 0.0))
+                     for t in plan.transfers]
+    else:
+        costs = [StageCost(1.0, 2.0, 1.0) for _ in range(plan.stages)]
+        transfers = [Transfer(t["from"], t["to"], tuple(t["micro_batches"]), 1.0, 0.0)
+                     for t in plan.transfers]
+    return simulate(costs, plan.micro_batches, transfers)
+
+
+def _restore(layout: list, bufs: list, key, live) -> None:
+    """Put each saved tensor of `layout` back into its Held as a view of the fetched
+    buffers, counted under `key` (a function: its loop variables end with it)."""
+    for h, i, dtype, offset, size, stride in layout:
+        h.tensor = torch.empty(0, dtype=dtype).set_(bufs[i].untyped_storage(), offset,
+                                                    size, stride)
+        h.key = key
+        live.add(key)
 
 
 def _as_bytes(storage) -> torch.Tensor:
@@ -46,33 +87,39 @@ def _as_bytes(storage) -> torch.Tensor:
 class Parking:
     """One stage's side of the plan's transfers (a no-op for a stage without any)."""
 
-    def __init__(self, plan, stage: int, group, live, t0: float, bound: bool = False):
+    def __init__(self, plan, stage: int, group, live, t0: float, bound: bool = True):
         self.stage, self.group, self.live, self.t0, self.bound = stage, group, live, t0, bound
         self.park_waited = 0.0
+        self.error = None
         self.out = {m: t["to"] for t in plan.transfers if t["from"] == stage
                     for m in t["micro_batches"]}
-        self.hosted: dict = {}
-        for t in plan.transfers:
-            if t["to"] == stage:
-                self.hosted[t["from"]] = sorted(self.hosted.get(t["from"], []) +
-                                                list(t["micro_batches"]))
+        hosted = {t["from"] for t in plan.transfers if t["to"] == stage}
+        self.layouts, self.records, self._threads, self.issue_s = {}, [], [], {}
+        self.fetch_at, self.wait_before = {}, {}
+        self.parked = {m: threading.Event() for m in self.out}      # park sent
+        self.issued = {m: threading.Event() for m in self.out}      # fetch may start
+        self.fetched = {m: threading.Event() for m in self.out}     # fetch done
+        self._parks = {m: queue.Queue(maxsize=1) for m in self.out}
+        if not self.out and not hosted:
+            return
+        sim = planned(plan)
         order = stage_order(plan.stages, plan.micro_batches, stage)
-        # op -> the micro-batch whose fetch is issued when that op starts
-        self.fetch_at = {order[i]: order[i + 1][1] for i in range(len(order) - 1)
-                         if order[i + 1][0] == "B" and order[i + 1][1] in self.out}
-        self.layouts, self.fetched, self.records = {}, {}, []
-        self.parked = {m: threading.Event() for m in self.out}      # set when sent
-        self.issued: list = []                                      # parks, in order
-        self._sends: queue.Queue = queue.Queue()
-        self._fetches: queue.Queue = queue.Queue()
-        self._threads = []
-        if self.out:
-            self._start(self._sender)
-            self._start(self._fetcher)
-        for src, mbs in self.hosted.items():
-            slots = {m: queue.Queue(maxsize=1) for m in mbs}
-            self._start(self._host_receiver, src, mbs, slots)
-            self._start(self._host_sender, src, mbs, slots)
+        for p in range(len(order) - 1):
+            kind, m = order[p + 1]
+            if kind == "B" and m in self.out and \
+                    sim.fetches[stage, m][0] < sim.ops[(stage, *order[p])][1]:
+                self.fetch_at[order[p]] = m
+        for kind, k in order:
+            if kind == "F":
+                start = sim.ops[stage, "F", k][0]
+                self.wait_before[k] = [m for m in self.out if sim.parks[stage, m][1] <= start]
+        for dst, seq in link_order(order, self.out).items():
+            self._start(self._link, dst, seq)
+        for src in sorted(hosted):
+            out = {m: t["to"] for t in plan.transfers if t["from"] == src
+                   for m in t["micro_batches"]}
+            seq = link_order(stage_order(plan.stages, plan.micro_batches, src), out)[stage]
+            self._start(self._host, src, seq)
 
     def _start(self, fn, *args):
         thread = threading.Thread(target=self._guard, args=(fn, *args), daemon=True)
@@ -85,21 +132,17 @@ class Parking:
         except BaseException as e:          # noqa: BLE001 - reported by finish()
             self.error = e
 
-    error = None
-
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
     # -- the parking stage ----------------------------------------------------------------
     def op_start(self, op: tuple[str, int]) -> None:
-        """Called as the stage starts `op` ("F"/"B", micro-batch): issue a due fetch; with
-        `bound`, a forward first waits for the parks in flight to end, so a parked
-        micro-batch has left before the next one's activations arrive (the stage's
-        peak is then what the schedule counts with instantaneous parks, whatever the
-        link does; the wait is recorded as park_waited_s)."""
-        if self.bound and op[0] == "F":
+        """Called as the stage starts `op` ("F"/"B", micro-batch): with `bound`, a forward
+        first waits for the parks the plan has ended by then (the wait is recorded as
+        park_waited_s); then a fetch due at this op is issued."""
+        if self.bound and op[0] == "F" and self.wait_before.get(op[1]):
             t = time.perf_counter()
-            for m in self.issued:
+            for m in self.wait_before[op[1]]:
                 self._wait(self.parked[m])
             self.park_waited += time.perf_counter() - t
         m = self.fetch_at.get(op)
@@ -107,22 +150,13 @@ class Parking:
             self._issue(m)
 
     def _issue(self, m: int) -> None:
-        """Queue m's fetch: one fetching thread takes them in order (the host returns
-        them in that order, on one tag)."""
-        self.fetched[m] = threading.Event()
-        self._fetches.put(m)
-
-    def _fetcher(self):
-        while True:
-            m = self._fetches.get()
-            if m is None:
-                return
-            self.parked[m].wait()           # a fetch starts once its park has ended
-            self._fetch(m, self.fetched[m])
+        if not self.issued[m].is_set():
+            self.issue_s[m] = self.now()
+            self.issued[m].set()
 
     def park(self, m: int, held: list, keep: set) -> None:
-        """After micro-batch m's forward: move its saved storages out (if m is parked).
-        They are sent as they are (no copy) and freed once sent."""
+        """After micro-batch m's forward: hand its saved storages to the link (if m is
+        parked); they are sent as they are (no copy) and freed once sent."""
         if m not in self.out:
             return
         index, pieces, layout = {}, [], []
@@ -140,30 +174,31 @@ class Parking:
         for h, *_ in layout:
             h.tensor, h.key = None, None
         self.layouts[m] = (layout, sizes)
-        self.issued.append(m)
-        self._sends.put((m, pieces, key, self.now()))
+        self._parks[m].put((pieces, key, self.now()))
 
-    def _sender(self):
+    def _link(self, dst: int, seq: list):
+        """This stage's transfers with `dst`, one at a time, in the plan's link order."""
         import torch.distributed as dist
 
-        while True:
-            item = self._sends.get()
-            if item is None:
-                return
-            m, pieces, key, start = item
-            dst = self.out[m]
+        for kind, m in seq:
+            if kind == "fetch":
+                self._wait(self.issued[m], own=False)
+                self._fetch(m)
+                continue
+            pieces, key, queued = self._parks[m].get()
+            start = self.now()
             dist.send(torch.tensor([len(pieces)]), dst, self.group, tag=PARK)
             if pieces:
                 dist.send(torch.tensor([p.numel() for p in pieces]), dst, self.group, tag=PARK)
             for piece in pieces:
                 dist.send(piece, dst, self.group, tag=PARK)
-            del pieces, item
+            del pieces
             self.live.drop(key)
-            self.records.append({"park": m, "to": dst, "bytes": key[-1], "start_s": start,
-                                 "end_s": self.now()})
+            self.records.append({"park": m, "to": dst, "bytes": key[-1], "queued_s": queued,
+                                 "start_s": start, "end_s": self.now()})
             self.parked[m].set()
 
-    def _fetch(self, m: int, done: threading.Event):
+    def _fetch(self, m: int):
         import torch.distributed as dist
 
         start = self.now()
@@ -173,37 +208,49 @@ class Parking:
         bufs = [torch.empty(n, dtype=torch.uint8) for n in sizes]
         for buf in bufs:
             dist.recv(buf, self.out[m], self.group, tag=FETCH)
-        for h, i, dtype, offset, size, stride in layout:
-            h.tensor = torch.empty(0, dtype=dtype).set_(bufs[i].untyped_storage(), offset,
-                                                        size, stride)
-            h.key = key
-            self.live.add(key)
-        del layout                    # autograd's slots own the restored Held alone
+        _restore(layout, bufs, key, self.live)
+        # autograd's slots own the restored Held alone: no reference to one may outlive
+        # this point in this thread, or the micro-batch would stay counted after its
+        # backward until the thread next runs
+        del layout, bufs
         self.live.drop(key)           # alive while any restored tensor is
         self.records.append({"fetch": m, "from": self.out[m], "bytes": key[-1],
-                             "start_s": start, "end_s": self.now()})
-        done.set()
+                             "issued_s": self.issue_s[m], "start_s": start,
+                             "end_s": self.now()})
+        self.fetched[m].set()
 
     def before_backward(self, m: int) -> float:
-        """Wait for micro-batch m's fetch (if parked); the seconds the backward waited."""
+        """Issue micro-batch m's fetch if not yet issued, and wait for it (if parked);
+        the seconds the backward waited."""
         if m not in self.out:
             return 0.0
-        if m not in self.fetched:           # no op before it to issue the fetch from
-            self._issue(m)
+        self._issue(m)
         t = time.perf_counter()
         self._wait(self.fetched[m])
         return time.perf_counter() - t
 
-    def _wait(self, event: threading.Event) -> None:
+    def _wait(self, event: threading.Event, own: bool = True) -> None:
+        """Wait for `event`; in the stage's thread (own), a transfer's failure is raised."""
         while not event.wait(0.05):
-            if self.error is not None:
+            if own and self.error is not None:
                 raise self.error
 
     # -- the host -------------------------------------------------------------------------
-    def _host_receiver(self, src: int, mbs: list, slots: dict):
+    def _host(self, src: int, seq: list):
+        """Stage `src`'s parks received and sent back, in the same link order."""
         import torch.distributed as dist
 
-        for m in mbs:
+        held = {}
+        for kind, m in seq:
+            if kind == "fetch":
+                bufs, key, arrived = held.pop(m)
+                for buf in bufs:
+                    dist.send(buf, src, self.group, tag=FETCH)
+                del bufs
+                self.live.drop(key)
+                self.records.append({"hosted": m, "from": src, "bytes": key[-1],
+                                     "arrived_s": arrived, "returned_s": self.now()})
+                continue
             count = torch.zeros(1, dtype=torch.int64)
             dist.recv(count, src, self.group, tag=PARK)
             sizes = torch.zeros(int(count), dtype=torch.int64)
@@ -212,29 +259,14 @@ class Parking:
             bufs = [torch.empty(int(n), dtype=torch.uint8) for n in sizes]
             key = ("hosted", src, m, int(sizes.sum()))
             self.live.add(key)
-            start = self.now()
             for buf in bufs:
                 dist.recv(buf, src, self.group, tag=PARK)
-            slots[m].put((bufs, key, start, self.now()))
-
-    def _host_sender(self, src: int, mbs: list, slots: dict):
-        import torch.distributed as dist
-
-        for m in mbs:
-            bufs, key, start, arrived = slots[m].get()
-            for buf in bufs:
-                dist.send(buf, src, self.group, tag=FETCH)
+            held[m] = (bufs, key, self.now())
             del bufs
-            self.live.drop(key)
-            self.records.append({"hosted": m, "from": src, "bytes": key[-1],
-                                 "arrived_s": arrived, "returned_s": self.now()})
 
     def finish(self, timeout_s: float) -> None:
         """Wait for every transfer thread; a transfer's failure is raised here."""
         deadline = time.monotonic() + timeout_s
-        if self.out:
-            self._sends.put(None)
-            self._fetches.put(None)
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         if self.error is not None:

@@ -68,14 +68,16 @@ class GradComparison:
 
 def run_pipeline(model_file: str, plan_doc: dict, workdir, *, seed: int = 0,
                  threads: int = 1, limit_s: float = 300.0, comm_timeout_s: float = 60.0,
-                 warmup: int = 0, bound_parks: bool = False,
+                 warmup: int = 0, bound_parks: bool = True,
                  extra_env: dict | None = None) -> PipelineResult:
     """Run one training step of `plan_doc` (a pipeline plan document, as a dict) on the
     model of `model_file`, one process per stage (launch.py), and collect what each
     stage measured. A failing or killed stage raises launch.StageFailure with one line
     naming it; a plan that does not fit the model raises UserError. warmup: unmeasured
     steps first (launch.launch), for step times; the gradients are the measured step's.
-    bound_parks: a stage's forward waits for its BPipe parks in flight (parking.py)."""
+    bound_parks: a stage's forward waits for the BPipe parks the plan has ended by its
+    start (parking.py), so the measured memory holds the plan's even on a link slower
+    than planned (the default); False lets slow parks overlap later forwards."""
     import numpy as np
 
     stages = launch(model_file, plan_doc, workdir, seed=seed, threads=threads,

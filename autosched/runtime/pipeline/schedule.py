@@ -19,6 +19,12 @@ it run one at a time in the order they are issued. A park starts when the forwar
 the fetch is issued when stage i starts the op that precedes the backward in its order
 (one op of prefetch, or when the park has ended, if later). A backward waits for its
 fetch: that wait is the transfer's exposed time, the rest of the link time is hidden.
+So the order on a pair's link is fixed by the stage's op order alone: for each op, the
+park of its micro-batch (a parked forward), then the fetch issued as it starts. A fetch
+issued at a parked forward's start therefore waits for that forward's park: the
+micro-batch just computed leaves before the fetched one arrives (out, then in), which is
+what lets a stage hold fewer micro-batches than its warm-up window; the runner
+(parking.py) keeps the same order.
 
 Memory, in saved-activation bytes per stage over time: a micro-batch's activations count
 from its forward's start to its backward's end; a parked one leaves stage i when its park
@@ -74,6 +80,8 @@ class Simulation:
     transfer_s: float = 0.0        # link time of all parks and fetches
     exposed_s: float = 0.0         # of which backwards waited for
     ops: dict = field(default_factory=dict)   # (stage, "F"/"B", m) -> (start, end)
+    parks: dict = field(default_factory=dict)     # (src stage, m) -> (start, end)
+    fetches: dict = field(default_factory=dict)   # (src stage, m) -> (start, end)
 
     @property
     def hidden_s(self) -> float:
@@ -112,7 +120,7 @@ def simulate(costs: list[StageCost], micro_batches: int,
                                  "such micro-batch")
             parked[t.src, m] = t
     ends, ops = {}, {}
-    link_free, park_end, fetch_end = {}, {}, {}
+    link_free, park_end, fetch_end, parks, fetches = {}, {}, {}, {}, {}
     events = [[] for _ in range(S)]            # per stage: (time, delta bytes)
     free, pos = [0.0] * S, [0] * S
     exposed = [0.0] * S
@@ -147,12 +155,13 @@ def simulate(costs: list[StageCost], micro_batches: int,
                         t = parked[i, m]
                         s0 = max(end, link_free.get((t.src, t.dst), 0.0))
                         park_end[i, m] = link_free[t.src, t.dst] = s0 + t.seconds
+                        parks[i, m] = (s0, s0 + t.seconds)
                         events[t.dst].append((s0, t.bytes))
                         events[i].append((s0 + t.seconds, -t.bytes))
                 else:
                     events[i].append((end, -a))
                 _issue_fetch(i, pos[i], orders[i], start, parked, park_end, fetch_end,
-                             link_free, events)
+                             link_free, events, fetches)
                 pos[i] += 1
                 progressed = True
         if not progressed:
@@ -166,10 +175,26 @@ def simulate(costs: list[StageCost], micro_batches: int,
             c.forward_s, c.backward_s, M * (c.forward_s + c.backward_s), held,
             _peak(events[i]), _parked_peak(transfers, i, park_end, fetch_end, incoming=True),
             _parked_peak(transfers, i, park_end, fetch_end, incoming=False), exposed[i]))
-    return Simulation(step, stages, link_total, sum(exposed), ops)
+    return Simulation(step, stages, link_total, sum(exposed), ops, parks, fetches)
 
 
-def _issue_fetch(i, p, order, start, parked, park_end, fetch_end, link_free, events):
+def link_order(order: list, parked: dict) -> dict:
+    """{destination stage: [("park" | "fetch", micro-batch), ...]}: one stage's transfers
+    on each pair's link in the order simulate() runs them, given the stage's op `order`
+    and `parked` ({micro-batch: destination}): per op, the park of a parked forward's
+    micro-batch, then the fetch of the parked micro-batch whose backward comes next."""
+    seq: dict = {}
+    for p, (kind, m) in enumerate(order):
+        if kind == "F" and m in parked:
+            seq.setdefault(parked[m], []).append(("park", m))
+        if p + 1 < len(order) and order[p + 1][0] == "B" and order[p + 1][1] in parked:
+            n = order[p + 1][1]
+            seq.setdefault(parked[n], []).append(("fetch", n))
+    return seq
+
+
+def _issue_fetch(i, p, order, start, parked, park_end, fetch_end, link_free, events,
+                 fetches):
     """Op p of stage i started at `start` (and its own park, if any, is on the link):
     issue the fetch of the micro-batch whose backward is op p + 1 (if parked), from then
     or from its park's end, whichever is later, on its pair's link."""
@@ -179,6 +204,7 @@ def _issue_fetch(i, p, order, start, parked, park_end, fetch_end, link_free, eve
     t = parked[i, m]
     s0 = max(start, park_end[i, m], link_free.get((t.src, t.dst), 0.0))
     fetch_end[i, m] = link_free[t.src, t.dst] = s0 + t.seconds
+    fetches[i, m] = (s0, s0 + t.seconds)
     events[i].append((s0, t.bytes))
     events[t.dst].append((s0 + t.seconds, -t.bytes))
 
