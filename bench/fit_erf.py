@@ -13,9 +13,15 @@ what tests/space_cpu/test_fast_math_forms.py checks.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 import numpy as np
 from scipy.special import erf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import provenance  # noqa: E402
 
 CLAMP = 4.0
 
@@ -61,6 +67,7 @@ def main() -> int:
     ap.add_argument("--p", type=int, default=6, help="degree of P in x^2")
     ap.add_argument("--q", type=int, default=5, help="degree of Q in x^2")
     args = ap.parse_args()
+    print(provenance.header(provenance.stamp(seed=None)))
     p, q, err = fit(args.p, args.q)
     p32, q32 = p.astype(np.float32), q.astype(np.float32)
     print(f"float64 fit: max relative error {err:.3g}")
