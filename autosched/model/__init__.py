@@ -18,6 +18,7 @@ Where things are:
     aten_match.py      one aten graph node -> the workload that computes it (OpMatch)
     graphs.py          dynamo + AOTAutograd: the aten graphs of a model, and a pass over each
     workloads.py  te_ops.py   the TE workloads of those operators and their torch twins
+    dtypes.py          the dtypes generated (float32, float16, bfloat16) and how each computes
     baseline.py        torch's latency per task as a versioned database record
     choice.py          per task: torch ms, kernel ms, which one runs (model_ops.json)
     tuning.py          tune_model / export_model, what the CLI commands call
