@@ -94,7 +94,8 @@ def main() -> int:
     pools = [x for x in args.pools.split(",") if x]
     stamp = provenance.stamp(seed=0)
     print(provenance.header(stamp))
-    result = {"model_file": args.model_file, "train": args.train, "pools": {}}
+    result = {"model_file": args.model_file, "model_source": Path(args.model_file).read_text(),
+              "train": args.train, "pools": {}}
     with tempfile.TemporaryDirectory() as work:
         for pool in pools:
             rows = measure_pool(args.model_file, args.train, args.db, Path(work), pool)
