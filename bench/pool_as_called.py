@@ -8,7 +8,7 @@ The model's tasks must be tuned already (`autosched tune-model MODEL_FILE --db U
 For each pool of `AUTOSCHED_KERNEL_POOL` (see autosched/kernel_pool.py), as a user runs
 it, `autosched export-model` twice with that pool set: `--decide-on records` times each
 kernel whose record beats torch's baseline through its torch op alone, `--decide-on
-side-by-side` times the same call alternating with torch's operator, repeats alternating
+side-by-side` times the same call alternating with torch's operator, one call of each in turn
 on the same inputs (the whole-step check is off: this bench is about single calls). The
 records themselves were measured by the tuner's worker (on the OpenMP pool since the
 kernel pool exists). Per task and pool: record ms, alone ms, alternating ms, torch's

@@ -29,7 +29,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="DIR")
     p.add_argument("--decide-on", choices=("side-by-side", "records"), default="side-by-side",
                    help="side-by-side: each kernel, called as the model calls it, against "
-                        "torch's operator timed now, repeats alternating (fair on a machine "
+                        "torch's operator timed now, calls alternating (fair on a machine "
                         "whose speed drifts); records: the call against torch's baseline "
                         "record (when this machine is too busy to time now)")
     p.add_argument("--step-check", choices=("on", "off"), default="on",

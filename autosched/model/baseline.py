@@ -103,24 +103,38 @@ def time_torch(func, inputs, settings, threads: int) -> list[float]:
 
 
 def time_side_by_side(funcs, inputs, settings, threads: int) -> list[list[float]]:
-    """`time_torch` of several callables on the same inputs, their repeats alternating
-    (one repeat of each in turn), so a machine that slows down or speeds up meanwhile
-    (shared cores, frequency changes) weighs on all of them alike; per callable, its
-    latencies."""
+    """`time_torch` of several callables on the same inputs, called in turn, one call of
+    each after the other, every call timed on its own: so each runs as a model runs it,
+    right after the others (a kernel after torch's operator, whose threads may still be
+    spinning), and a machine that slows down or speeds up meanwhile weighs on all of them
+    alike. Per callable, its latencies (seconds per call, one per repeat: the calls of a
+    repeat summed)."""
     import torch
 
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         with torch.no_grad():
-            numbers = [_calls_per_repeat(f, inputs, settings) for f in funcs]
+            number = max(_calls_per_repeat(f, inputs, settings) for f in funcs)
             latencies = [[] for _ in funcs]
             for _ in range(max(MIN_REPEATS, settings.repeat)):
-                for f, number, out in zip(funcs, numbers, latencies):
-                    out.append(_repeat(f, inputs, number))
+                for out, seconds in zip(latencies, _repeat_in_turn(funcs, inputs, number)):
+                    out.append(seconds)
     finally:
         torch.set_num_threads(previous)
     return latencies
+
+
+def _repeat_in_turn(funcs, inputs, number: int) -> list[float]:
+    """Seconds per call of each callable over `number` rounds of one call of each."""
+    clock = time.perf_counter
+    spent = [0.0] * len(funcs)
+    for _ in range(number):
+        for i, f in enumerate(funcs):
+            start = clock()
+            f(*inputs)
+            spent[i] += clock() - start
+    return [t / number for t in spent]
 
 
 def _calls_per_repeat(func, inputs, settings) -> int:

@@ -47,7 +47,7 @@ class OpChoice:
     # the kernel called as torch.ops.autosched.* from Python (its recorded latency plus
     # the cost of the call), timed at export; None before
     call_s: float | None = None
-    # torch's operator timed at export beside that call, repeats alternating (the two
+    # torch's operator timed at export beside that call, calls alternating (the two
     # compared under the same machine conditions); None before
     torch_call_s: float | None = None
     # why torch runs although the kernel is faster (say, another task of the workload

@@ -246,7 +246,7 @@ def _write(tasks, choices, records, target, out_dir) -> list:
 def _build_and_time(model_ops, tasks, choices, records, target, out_dir,
                     side_by_side: bool) -> dict:
     """Build the candidates' library, time each kernel through its torch op beside
-    torch's operator (repeats alternating; or alone without `side_by_side`); returns
+    torch's operator (calls alternating; or alone without `side_by_side`); returns
     {task key: (kernel's seconds per call, torch's or None)}, medians."""
     from ..measure.settings import MeasureSettings
     from ..torch import load_library
