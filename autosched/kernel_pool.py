@@ -20,11 +20,14 @@ than alone. `AUTOSCHED_KERNEL_POOL` chooses what serves the loops:
                build, slower per loop.
     tvm        TVM's pool as TVM sets it up.
 
-The choice is made per loaded library (`route_parallel_loops`), by every door that loads
-one: `autosched.torch.load_library` (so the backend and the training runtime) and the
-measuring worker (so a record is timed on the threads the kernel will run on). Where the
-launcher cannot be built (no C compiler, no OpenMP runtime) openmp falls back to
-tvm-yield and says why once. torch's own settings are never changed.
+The choice is made per loaded library (`route_parallel_loops`) by the door that loads
+one into a torch process: `autosched.torch.load_library` (so the backend and the
+training runtime). The measuring workers of a tuning run keep TVM's own pool: they run
+nothing but the candidate, and OpenMP's idle threads, which sleep after a short spin,
+woke so late on a loaded machine that a timed repeat could overrun its limit, a
+`run_timeout` recorded against a good candidate. Where the launcher cannot be built (no
+C compiler, no OpenMP runtime) openmp falls back to tvm-yield and says why once.
+torch's own settings are never changed.
 """
 from __future__ import annotations
 

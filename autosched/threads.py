@@ -61,8 +61,8 @@ def _pool_size(env) -> dict:
 
 def kernel_thread_env(env: dict) -> dict:
     """`env` with the kernel pool sized to this machine's physical cores, unless it
-    already chooses a size; for a measuring worker, which serves the kernels' loops
-    from OpenMP (`kernel_pool.py`) or TVM's pool, both sizes are set alike."""
+    already chooses a size; both variables are set alike, so TVM's pool and an OpenMP
+    pool in the child (`kernel_pool.py`) take the same size."""
     size = next((env[v] for v in POOL_SIZE_VARS if env.get(v)), str(machine_cores()))
     return {**env, **{v: size for v in POOL_SIZE_VARS if not env.get(v)}}
 

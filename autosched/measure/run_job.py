@@ -30,8 +30,7 @@ from __future__ import annotations
 import os
 import struct
 
-from ..errors import InfrastructureError, UserError
-from ..kernel_pool import requested_pool, route_parallel_loops
+from ..errors import InfrastructureError
 
 # (reference directory, meta.json mtime) -> (specs, inputs, expected, tolerances):
 # consecutive candidates of one task reuse the arrays; a rewritten reference is reread.
@@ -198,14 +197,6 @@ def _run_failure(kind: str, e: Exception) -> dict:
     return dict(failure_reply("run_error", f"{text}; {STICKY_NOTE}"), restart=True)
 
 
-def _check_pool_setting() -> None:
-    """A bad AUTOSCHED_KERNEL_POOL is this machine's setting, not the candidate's fault."""
-    try:
-        requested_pool()
-    except UserError as e:
-        raise InfrastructureError(str(e), "fix the variable, then rerun") from None
-
-
 def _time_cpu(lib, dev, call_args, request: dict) -> list[float]:
     import tvm_ffi
 
@@ -230,8 +221,6 @@ def run_job(request: dict) -> dict:
     try:
         dev = open_device(kind)
         timer = _cuda_timer(request) if kind == "cuda" else None
-        if kind == "cpu":
-            _check_pool_setting()
     except InfrastructureError as e:
         return infrastructure_reply(e)
     try:
@@ -256,8 +245,6 @@ def _measure(request: dict, dev, timer, reference: tuple) -> dict:
 
     specs, inputs, expected, tols = reference
     lib = tvm_ffi.load_module(request["lib"])
-    if timer is None:  # the CPU: timed on the threads the kernel will run on
-        route_parallel_loops(request["lib"])
     func = lib["main"]
     args = [to_device(a, s.dtype, dev) for a, s in zip(inputs, specs[0])]
     outs = [to_device(poison(s), s.dtype, dev) for s in specs[1]]
