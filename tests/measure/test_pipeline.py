@@ -156,7 +156,15 @@ def test_a_fault_of_the_machine_mid_stream_keeps_what_was_yielded(fast, kernels,
     with pytest.raises(InfrastructureError, match="no code for this GPU's architecture"):
         next(stream)  # chunk 2 was building: it is given up
     (again,) = m.measure([inp(matmul_task, kernels.vectorized)])
-    assert again.ok and os.listdir(m.builder.out_dir) == []
+    assert again.ok
+    # a given-up build still running is deleted when its worker answers, which the
+    # next measurements collect (at most one per worker still building)
+    for _ in range(4):
+        if not os.listdir(m.builder.out_dir):
+            break
+        (plain,) = m.measure([inp(matmul_task, kernels.plain)])
+        assert plain.ok
+    assert os.listdir(m.builder.out_dir) == []
 
 
 # ------------------------------------------------- the tuning loop on a streaming measurer
