@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import tempfile
 from collections.abc import Mapping
 
 from ..errors import UserError
@@ -71,3 +72,20 @@ def add_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--load-timeout", type=seconds, default=60.0, metavar="SECONDS",
                         help="stop if the op file, or a workload building its tensors, takes "
                              "longer than this (0: no limit)")
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write `text` to `path`: a crash or full disk never leaves a half-written plan
+    where the old one was (also the pipeline plan's writer)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UserError(f"-o {path}: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".plan-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 
 from ..errors import UserError
+from .options import write_atomic
 
 
 def check(args) -> None:
@@ -67,20 +67,6 @@ def run(args: argparse.Namespace) -> int:
                          bpipe=not args.no_bpipe)
     print(plan.table())
     if args.output:
-        _write_atomic(args.output, plan.to_json())
+        write_atomic(args.output, plan.to_json())
         print(f"wrote {args.output}")
     return 0
-
-
-def _write_atomic(path: str, text: str) -> None:
-    # A crash or a full disk never leaves a half-written plan where the old one was.
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".pipeline-plan-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

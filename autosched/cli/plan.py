@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 
 from ..errors import UserError
+from .options import write_atomic
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
             kernels_backend=_backend(args.model_library) if args.model_library else None))
     print(result.table())
     if args.output:
-        _write_atomic(args.output, result.to_json())
+        write_atomic(args.output, result.to_json())
         print(f"wrote {args.output}")
     return 0
 
@@ -174,19 +174,3 @@ def _memeff_kernels(directory: str) -> dict:
         raise UserError(f"--memeff-library {directory}: the library has no {GELU_WORKLOAD} "
                         "kernels")
     return kernels
-
-
-def _write_atomic(path: str, text: str) -> None:
-    # A crash or full disk never leaves a half-written plan where the old one was.
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise UserError(f"-o {path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".plan-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
