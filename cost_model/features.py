@@ -13,6 +13,8 @@ Groups (see `feature_names()` for every column):
 - program: totals, allocated bytes per memory scope (compacted), task FLOPs;
 - tensor cores: mma and ldmatrix counts, warps, pipeline depth, pipelined shared
   memory (`tensor_core.py`; zeros for other schedules);
+- memory access over every store: the widest vector access per scope and direction, how
+  many stores read each global buffer (`memory_access.py`);
 - decisions: log2 of the candidate's tile factors and its other choices;
 - optionally MetaSchedule's per-store features (max and mean over stores).
 
@@ -27,10 +29,12 @@ from dataclasses import dataclass
 
 from .footprint import alloc_bytes, buffer_footprints, flat_stride, level_footprints, traffic
 from .ir_walk import Program, Store, walk
+from .memory_access import NAMES as MEM_NAMES
+from .memory_access import memory_access_vector
 from .tensor_core import NAMES as TC_NAMES
 from .tensor_core import tensor_core_vector
 
-FEATURE_VERSION = "4"
+FEATURE_VERSION = "5"
 _OPS = ("add", "mul", "div", "math", "cmp", "select", "cast", "int")
 _INNER_LEVELS = 6
 _OUTER_LEVELS = 2
@@ -115,6 +119,7 @@ def feature_names(cfg: FeatureConfig = FeatureConfig()) -> list[str]:
     names += [f"other.{n}" for n in _other_names(cfg)]
     names += [f"prog.{n}" for n in _PROGRAM_NAMES]
     names += [f"tc.{n}" for n in TC_NAMES]
+    names += [f"mem.{n}" for n in MEM_NAMES]
     names += [f"dec.{n}" for n in _decision_names()]
     if cfg.per_store_feature:
         from .psf import psf_names
@@ -311,6 +316,7 @@ def extract(task, candidate, mod, cfg: FeatureConfig = FeatureConfig()) -> list[
     v += _other_vector(stats[2:], cfg)
     v += _program_vector(prog, stats, task.flops)
     v += tensor_core_vector(mod)
+    v += memory_access_vector(prog)
     v += decision_vector(candidate)
     if cfg.per_store_feature:
         from .psf import psf_vector
