@@ -70,6 +70,7 @@ class KernelUsage:
     dynamic_shared_bytes: int = 0  # `shared.dyn`: one extern array, sized at launch
     vector_bytes: int = 0
     global_allocs: tuple = ()   # buffers a kernel would have to allocate in DRAM
+    foreign_on_chip: tuple = ()  # shared / local buffers it uses but does not allocate
 
     @property
     def threads(self) -> int:
@@ -105,11 +106,13 @@ def kernel_usage(func) -> list[KernelUsage]:
     out = []
     for root in kernel_roots(func.body):
         use = KernelUsage()
+        allocated, used = set(), {}
         for node in iter_nodes(root):
             if is_kernel_launch(node):
                 tag = str(node.node.thread_tag)
                 use.extents[tag] = max(use.extents.get(tag, 1), int(node.value))
             elif isinstance(node, tirx.AllocBuffer):
+                allocated.add(node.buffer.__chandle__())
                 scope = str(node.buffer.scope())
                 if scope == "shared.dyn":
                     use.dynamic_shared_bytes += _buffer_bytes(node.buffer)
@@ -121,6 +124,12 @@ def kernel_usage(func) -> list[KernelUsage]:
                 dt = _expr_dtype(node.value if isinstance(node, tirx.BufferStore) else node)
                 if dt is not None and int(dt.lanes) > 1:
                     use.vector_bytes = max(use.vector_bytes, _bytes(dt))
+                buf = node.buffer if isinstance(node, tirx.BufferStore) else node.source
+                if str(buf.scope()).startswith(("shared", "local")):
+                    used.setdefault(buf.__chandle__(), str(buf.name))
+            if isinstance(node, tirx.DeclBuffer):   # a view declared inside the kernel
+                allocated.add(node.buffer.__chandle__())
+        use.foreign_on_chip = tuple(sorted({n for h, n in used.items() if h not in allocated}))
         out.append(use)
     return out
 
@@ -192,6 +201,10 @@ def usage_violation(k: int, use: KernelUsage, limits: GpuLimits) -> str | None:
         return (f"{where} allocates {', '.join(use.global_allocs)} in global memory, "
                 "which a kernel cannot do (a buffer computed inside a kernel must be "
                 "shared or local)")
+    if use.foreign_on_chip:
+        return (f"{where} uses {', '.join(use.foreign_on_chip)} in on-chip memory that it "
+                "does not allocate: shared and local memory live only as long as their "
+                "kernel, so another kernel cannot hand them over")
     if use.shared_bytes > limits.max_shared_memory_per_block:
         return (f"{where} uses {use.shared_bytes} bytes of shared memory per block; "
                 f"the target allows {limits.max_shared_memory_per_block}")
