@@ -25,13 +25,15 @@ Where things are:
     step_check.py      export's check of the whole compiled step against inductor alone
     compile_backend.py backend(): the torch.compile backend over an exported library
     named_backend.py   the same under the name "autosched" (the entry point torch finds)
+    buckets.py         bucketed(): one captured CUDA graph per shape bucket
 
 No submodule is named like a public name: importing one would shadow the lazily resolved
 name on this package (so `training_step` and `extract` come from their own modules).
 """
 from ..lazy import lazy_names
 
-__all__ = ["AutoschedBackend", "ModelSpec", "backend", "backend_of", "compute_loss",
+__all__ = ["AutoschedBackend", "BucketError", "Bucketed", "CudaGraphCapture", "ModelSpec",
+           "backend", "backend_of", "bucketed", "compute_loss",
            "explain", "export_model", "load_model_file", "parameter_grads", "read_choices",
            "tune_model", "zero_grads"]
 
@@ -41,4 +43,6 @@ __getattr__ = lazy_names(__name__, {
     "ModelSpec": ".modelfile", "load_model_file": ".modelfile",
     "compute_loss": ".training_step", "parameter_grads": ".training_step",
     "zero_grads": ".training_step",
-    "tune_model": ".tuning", "export_model": ".tuning", "read_choices": ".choice"})
+    "tune_model": ".tuning", "export_model": ".tuning", "read_choices": ".choice",
+    "bucketed": ".buckets", "Bucketed": ".buckets", "BucketError": ".buckets",
+    "CudaGraphCapture": ".buckets"})

@@ -23,6 +23,15 @@ the operators left to torch around the kernels' calls. A shape the library lacks
 batch size, dynamic shapes) falls back to torch; compile with `dynamic=False` so a new
 shape gets its own static graph. Every decision is logged (logger ``autosched.model``)
 and listed by `explain(backend)`.
+
+`cudagraphs=True` captures the compiled step in CUDA graphs and replays it, through
+torch's CUDA graph trees (what `mode="reduce-overhead"` turns on): with inductor, the
+compile asks inductor for them; with the eager compiler, the aten graphs are captured as
+torch's own "cudagraphs" backend captures them. torch's checks decide per graph (CPU
+tensors, input mutations, operators tagged unsafe) and log a graph left uncaptured. The
+kernels' ops are functional, on the inputs' device, launched on torch's current stream
+(the capturing stream) and allocate their outputs through torch, so they are captured
+like aten's. It needs a CUDA library and a GPU: elsewhere it is refused in one line.
 """
 from __future__ import annotations
 
@@ -33,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import UserError
 from .aten_match import OpMatch
 from .choice import CHOICES_NAME, SPLIT_CALL, read_choices, shape_text
 from .graphs import aot_backend, graph_compiler, scan
@@ -56,8 +66,13 @@ class Decision:
 class AutoschedBackend:
     """A torch.compile backend over one exported model library (see the module doc)."""
 
-    def __init__(self, library, compiler: str = "auto"):
+    def __init__(self, library, compiler: str = "auto", cudagraphs: bool = False):
+        if not isinstance(cudagraphs, bool):
+            raise UserError(f"cudagraphs is True or False, not {cudagraphs!r}")
         library = _model_library(library)
+        if cudagraphs:
+            _check_cudagraphs(library)
+        self.cudagraphs = cudagraphs
         self.directory = library if isinstance(library, Path) else library.path
         self.choices = {(c.workload, tuple(sorted(c.params.items()))): c
                         for c in read_choices(self.directory) or []}
@@ -71,7 +86,13 @@ class AutoschedBackend:
         self.compile_graph = graph_compiler(compiler)
 
     def __call__(self, gm, example_inputs):
-        return aot_backend(self.rewrite, self.compile_graph)(gm, example_inputs)
+        if self.cudagraphs and not any(isinstance(t, torch.Tensor) and t.is_cuda
+                                       for t in example_inputs):
+            raise UserError("cudagraphs=True captures CUDA work, and this graph's inputs are "
+                            "not on a CUDA device (move the model and inputs to the GPU, or "
+                            "leave cudagraphs off)")
+        return aot_backend(self.rewrite, self.compile_graph, self.cudagraphs)(
+            gm, example_inputs)
 
     def __str__(self) -> str:
         return f"autosched kernels of {self.directory}"
@@ -143,13 +164,27 @@ def _model_library(library):
     return load_library(directory)
 
 
-def backend(library, compiler: str = "auto") -> AutoschedBackend:
+def _check_cudagraphs(library) -> None:
+    """cudagraphs=True needs CUDA kernels (where the library has any) and a GPU."""
+    device = None if isinstance(library, Path) else library.manifest.device_type
+    if device is not None and device != "cuda":
+        directory = library.path
+        raise UserError(f"cudagraphs=True captures CUDA work, and {directory} holds {device} "
+                        "kernels; export the model with --target cuda, or leave cudagraphs "
+                        "off")
+    if not torch.cuda.is_available():
+        raise UserError("cudagraphs=True needs a CUDA GPU, and torch sees none here; leave "
+                        "cudagraphs off on the CPU")
+
+
+def backend(library, compiler: str = "auto", cudagraphs: bool = False) -> AutoschedBackend:
     """The torch.compile backend for the library `autosched export-model` wrote:
     ``torch.compile(model, backend=autosched.model.backend(DIR))``; `library` is that
     directory or the library loaded from it (`autosched.torch.load_library(DIR)`).
     `compiler` compiles what stays torch's: "inductor", "eager", or "auto" (inductor
-    where it can build)."""
-    return AutoschedBackend(library, compiler)
+    where it can build). `cudagraphs=True` captures and replays the compiled step with
+    torch's CUDA graph trees (a CUDA library on a GPU; refused elsewhere)."""
+    return AutoschedBackend(library, compiler, cudagraphs)
 
 
 def explain(compiled_backend: AutoschedBackend, graph: str | None = None) -> str:

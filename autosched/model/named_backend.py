@@ -10,11 +10,14 @@ torch calls a named backend with `options` (and `mode`) as keyword arguments on 
 graph it compiles, so the options are read there, not at `torch.compile`: a missing or
 bad option is raised by the first call of the compiled model (dynamo wraps it in its
 `BackendCompilerFailed`, whose `inner_exception` is ours). The options are those of
-`autosched.model.backend(DIR, compiler)`:
+`autosched.model.backend(DIR, compiler, cudagraphs)`:
 
-    library   (required) the directory `autosched export-model` wrote
-    compiler  what compiles the operators left to torch: "auto" (default), "inductor",
-              "eager"
+    library     (required) the directory `autosched export-model` wrote
+    compiler    what compiles the operators left to torch: "auto" (default), "inductor",
+                "eager"
+    cudagraphs  True to capture and replay the compiled step with torch's CUDA graph
+                trees (False by default); torch.compile takes `mode` or `options`, not
+                both, so this option is the backend's "reduce-overhead"
 
 All graphs compiled with equal options share one `AutoschedBackend` (one library load,
 one list of decisions): `backend_of(options)` returns it, for `explain`. It is dropped by
@@ -31,13 +34,17 @@ from .compile_backend import AutoschedBackend
 
 BACKEND_NAME = "autosched"
 COMPILERS = ("auto", "inductor", "eager")
+OPTIONS = ("library", "compiler", "cudagraphs")
 USAGE = ("torch.compile(model, backend='autosched', options={'library': DIR}) with DIR "
          "what `autosched export-model` wrote")
 
 
-def read_options(options, mode=None) -> tuple[str, str]:
-    """(library directory, compiler) from torch.compile's `options`; a missing or bad one
-    is one `UserError` line (a missing library is a `LibraryError`)."""
+def read_options(options, mode=None) -> tuple[str, str, bool]:
+    """(library directory, compiler, cudagraphs) from torch.compile's `options`; a missing
+    or bad one is one `UserError` line (a missing library is a `LibraryError`)."""
+    if mode == "reduce-overhead":
+        raise UserError("the autosched backend takes no mode; for CUDA graphs pass "
+                        "options={'library': DIR, 'cudagraphs': True}")
     if mode is not None:
         raise UserError(f"the autosched backend takes no mode (got {mode!r}); use {USAGE}")
     if options is None:
@@ -45,11 +52,11 @@ def read_options(options, mode=None) -> tuple[str, str]:
     if not isinstance(options, dict):
         raise UserError(f"the autosched backend's options are a dict, not "
                         f"{type(options).__name__}: {USAGE}")
-    unknown = sorted(str(k) for k in options if k not in ("library", "compiler"))
+    unknown = sorted(str(k) for k in options if k not in OPTIONS)
     if unknown:
         raise UserError(f"the autosched backend has no option {', '.join(map(repr, unknown))}; "
-                        f"it takes 'library' (required) and 'compiler' "
-                        f"({', '.join(COMPILERS)})")
+                        f"it takes 'library' (required), 'compiler' "
+                        f"({', '.join(COMPILERS)}) and 'cudagraphs' (True, False)")
     library = options.get("library")
     if library is None:
         raise LibraryError(f"the autosched backend needs a library: {USAGE}")
@@ -60,26 +67,30 @@ def read_options(options, mode=None) -> tuple[str, str]:
     if compiler not in COMPILERS:
         raise UserError(f"the autosched backend's 'compiler' is one of "
                         f"{', '.join(COMPILERS)}, not {compiler!r}")
-    return os.fspath(library), compiler
+    cudagraphs = options.get("cudagraphs", False)
+    if not isinstance(cudagraphs, bool):
+        raise UserError(f"the autosched backend's 'cudagraphs' is True or False, not "
+                        f"{cudagraphs!r}")
+    return os.fspath(library), compiler, cudagraphs
 
 
 class NamedBackend:
-    """The callable torch registers as "autosched": one `AutoschedBackend` per library
-    and compiler, made on the first graph compiled with them."""
+    """The callable torch registers as "autosched": one `AutoschedBackend` per library,
+    compiler and cudagraphs choice, made on the first graph compiled with them."""
 
     def __init__(self):
         self.__name__ = BACKEND_NAME  # what dynamo's messages call the backend
-        self._backends: dict[tuple[str, str], AutoschedBackend] = {}
+        self._backends: dict[tuple[str, str, bool], AutoschedBackend] = {}
 
     def __call__(self, gm, example_inputs, options=None, mode=None):
         return self.backend_of(options, mode)(gm, example_inputs)
 
     def backend_of(self, options, mode=None) -> AutoschedBackend:
         """The backend that compiles the graphs of `torch.compile(..., options=options)`."""
-        library, compiler = read_options(options, mode)
-        key = (str(Path(library).resolve()), compiler)
+        library, compiler, cudagraphs = read_options(options, mode)
+        key = (str(Path(library).resolve()), compiler, cudagraphs)
         if key not in self._backends:
-            self._backends[key] = AutoschedBackend(library, compiler)
+            self._backends[key] = AutoschedBackend(library, compiler, cudagraphs)
         return self._backends[key]
 
     def reset(self) -> None:

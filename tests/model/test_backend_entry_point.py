@@ -156,8 +156,8 @@ USAGE = ("torch.compile(model, backend='autosched', options={'library': DIR}) wi
     ({"library": 3}, None, "LibraryError",
      "the autosched backend's 'library' is a directory path, not 3"),
     ({"library": "lib", "threads": 2}, None, "UserError",
-     "the autosched backend has no option 'threads'; it takes 'library' (required) and "
-     "'compiler' (auto, inductor, eager)"),
+     "the autosched backend has no option 'threads'; it takes 'library' (required), "
+     "'compiler' (auto, inductor, eager) and 'cudagraphs' (True, False)"),
     ({"library": "lib", "compiler": "tvm"}, None, "UserError",
      "the autosched backend's 'compiler' is one of auto, inductor, eager, not 'tvm'"),
 ])
