@@ -15,7 +15,12 @@ count, one profile (one micro-batch, one thread, the thread's CPU clock) is plan
   same per-stage budget: torch's Schedule1F1B with no checkpointing (the runner with
   every layer "keep" and no transfers is exactly that schedule: the same PipelineStage
   and Schedule1F1B, nothing else), and with uniform checkpointing (every layer
-  "recompute"), both on an even split of the layers;
+  "recompute"), both on an even split of the layers, and with torch.compile's memory
+  budget per stage (`torch_1f1b_compile_budget`: the same even split, every layer kept
+  and compiled, each stage's layers under AOTAutograd's partitioner at the largest
+  activation_memory_budget fraction whose measured saved bytes, over the micro-batches
+  the stage holds under 1F1B, fit B: stage_compile_fractions, a bisection measured in
+  this process, a compile per try; the fractions and every try are in the result);
 - each run's gradients against the same micro-batches in one process (run.RTOL, ATOL),
   each stage's measured peak of saved-activation bytes against B, BPipe's transfers as
   recorded (bytes, start and end from the step's start);
@@ -130,13 +135,16 @@ def median(xs):
     return statistics.median(xs) if xs else 0.0
 
 
-def measure(path: Path, doc: dict, work: Path, budget: int, send_s: float) -> dict:
-    """One run of `doc`: gradients, per-stage bytes and times, the simulated clock."""
+def measure(path: Path, doc: dict, work: Path, budget: int, send_s: float,
+            compile_budgets=None) -> dict:
+    """One run of `doc` (its stages compiled at `compile_budgets`, if given): gradients,
+    per-stage bytes and times, the simulated clock."""
     from autosched.runtime.pipeline import (StageCost, Transfer, compare_with_single_process,
                                             run_pipeline, simulate)
 
     t0 = time.perf_counter()
-    result = run_pipeline(str(path), doc, work, warmup=1, threads=1)
+    result = run_pipeline(str(path), doc, work, warmup=1, threads=1,
+                          compile_budgets=compile_budgets)
     wall = time.perf_counter() - t0
     check = compare_with_single_process(str(path), doc, result)
     planned = doc.get("predicted", {}).get("stages") or []
@@ -183,6 +191,29 @@ def measure(path: Path, doc: dict, work: Path, budget: int, send_s: float) -> di
             "measured_step_s": max(s["step_s"] for s in result.stages),
             "run_wall_s": wall, "all_within_budget": all(r["within_budget"] for r in stages),
             "stages": stages}
+
+
+def compiled_peer(path: Path, doc: dict, work: Path, budget: int, send_s: float) -> dict:
+    """torch's 1F1B on `doc`'s split, each stage compiled at the largest
+    activation_memory_budget fraction whose measured saved bytes fit `budget`; where
+    even 0 does not fit a stage, no run (fits False, and why)."""
+    from autosched.runtime.pipeline import stage_compile_fractions
+
+    t0 = time.perf_counter()
+    choices = stage_compile_fractions(str(path), doc, budget, steps=4,
+                                      log=lambda line: print(f"    {line}", flush=True))
+    search = {"search_s": time.perf_counter() - t0, "steps": 4,
+              "stages": [{"fraction": c.fraction, "saved_bytes": c.saved_bytes,
+                          "held_micro_batches": c.held_micro_batches,
+                          "tried": [list(t) for t in c.tried]} for c in choices]}
+    missing = [i for i, c in enumerate(choices) if c.fraction is None]
+    if missing:
+        return {"fits": False, "fraction_search": search,
+                "why": f"stage {missing[0]} saves {choices[missing[0]].saved_bytes} B at "
+                       f"fraction 0, over the budget {budget} B"}
+    fractions = [c.fraction for c in choices]
+    return {"compile_fractions": fractions, "fraction_search": search,
+            **measure(path, doc, work, budget, send_s, compile_budgets=fractions)}
 
 
 def single_device(spec, first, profile, options, budget: int, micro: int) -> dict:
@@ -242,6 +273,14 @@ def bench_model(name: str, stages_list, micro: int, repeats: int, work: Path) ->
             row["plans"][label] = measure(path, d, work / f"{name}{stages}_{label}", budget,
                                           send)
             _print(name, stages, label, row["plans"][label], budget)
+        label = "torch_1f1b_compile_budget"
+        row["plans"][label] = compiled_peer(path, peer(doc, "keep"), work / f"{name}{stages}_"
+                                            f"{label}", budget, send)
+        if "stages" in row["plans"][label]:
+            _print(name, stages, label, row["plans"][label], budget)
+        else:
+            print(f"{name} S={stages} {label}: no run, {row['plans'][label]['why']}",
+                  flush=True)
         row["single_device"] = single_device(spec, first, profile, options, budget, micro)
         out["runs"][str(stages)] = row
         torch.manual_seed(0)
@@ -258,7 +297,7 @@ def _print(name, stages, label, r, budget):
     peaks = " ".join(f"{s['peak_saved_bytes'] / 2**20:.2f}" for s in r["stages"])
     pred = r["predicted_step_s"]
     moved = sum(t["bytes"] for s in r["stages"] for t in s["transfers"] if "park" in t)
-    print(f"{name} S={stages} {label:21s} grads {'ok' if r['grads']['within'] else 'DIFFER'}"
+    print(f"{name} S={stages} {label:25s} grads {'ok' if r['grads']['within'] else 'DIFFER'}"
           f" (max rel {r['grads']['max_rel']:.1e})  peaks MiB [{peaks}] <= "
           f"{budget / 2**20:.2f}: {r['all_within_budget']}  parked {moved / 2**20:.2f} MiB  "
           f"step ms: predicted {'-' if pred is None else f'{pred * 1e3:.1f}'}, simulated "

@@ -53,15 +53,7 @@ class Plan:
     @classmethod
     def from_json(cls, text: str) -> "Plan":
         """Parse a plan; a document that is not a plan of this version raises UserError."""
-        try:
-            data = json.loads(text)
-        except ValueError as e:
-            raise UserError(f"not a plan: invalid JSON ({e})") from None
-        if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
-            raise UserError("not an autosched plan (missing format 'autosched.plan')")
-        if data.get("version") != PLAN_VERSION:
-            raise UserError(f"plan version {data.get('version')} is not supported "
-                            f"(this autosched reads version {PLAN_VERSION})")
+        data = load_document(text, PLAN_FORMAT, PLAN_VERSION, "plan")
         try:
             layers = [LayerPlan(**layer) for layer in data.pop("layers")]
             return cls(layers=layers, **data)
@@ -105,6 +97,27 @@ class Plan:
                          "offload lowers the activations autograd holds, not the process's "
                          "memory")
         return "\n".join(lines)
+
+
+def load_document(text: str, fmt: str, version: int, noun: str) -> dict:
+    """The JSON object in `text`, if it is a `noun` document ("plan", "pipeline plan") of
+    format `fmt` at `version`; else one UserError line. Shared by the plan documents: each
+    reads its own keys after this."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise UserError(f"not a {noun}: invalid JSON ({e})") from None
+    check_header(data, fmt, version, noun)
+    return data
+
+
+def check_header(data, fmt: str, version: int, noun: str) -> None:
+    """`data` (a parsed document) is a dict of format `fmt` at `version`, or UserError."""
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise UserError(f"not an autosched {noun} (missing format {fmt!r})")
+    if data.get("version") != version:
+        raise UserError(f"{noun} version {data.get('version')} is not supported "
+                        f"(this autosched reads version {version})")
 
 
 def _once(predicted: dict) -> str:

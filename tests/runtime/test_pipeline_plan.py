@@ -256,6 +256,28 @@ def test_document_round_trips_and_refuses_other_versions():
         PipelinePlan.from_json(json.dumps(dict(data, boundaries=[0, 1, 1, 3, 4])))
 
 
+@pytest.mark.parametrize("text, message", [
+    ("{", "not a pipeline plan: invalid JSON (Expecting property name enclosed in double "
+          "quotes: line 1 column 2 (char 1))"),
+    ("[]", "not an autosched pipeline plan (missing format 'autosched-pipeline-plan')"),
+    ('{"format": "autosched.plan", "version": 1}',
+     "not an autosched pipeline plan (missing format 'autosched-pipeline-plan')"),
+    ('{"format": "autosched-pipeline-plan", "version": 7}',
+     "pipeline plan version 7 is not supported (this autosched reads version 1)")])
+def test_the_document_and_the_runner_refuse_other_documents_with_the_same_line(text, message):
+    """One check of format and version (runtime/document.py's, which plans use too) for
+    the document and for the runner's reading of it."""
+    from autosched.runtime.pipeline.launch import read_plan
+
+    with pytest.raises(UserError) as e:
+        PipelinePlan.from_json(text)
+    assert str(e.value) == message
+    if text != "{":
+        with pytest.raises(UserError) as e:
+            read_plan(json.loads(text))
+        assert str(e.value) == message
+
+
 # -- the command line ----------------------------------------------------------------------
 
 TINY = """

@@ -224,3 +224,18 @@ def test_a_parking_stage_holds_what_the_plan_counts(model_file, tmp_path, stages
         list(option.micro_batches)
     assert first["peak_saved_bytes"] == 512 + option.resident * moved
     # unparked it would hold S: 512 + S * moved (the 1F1B count, tested above)
+
+
+
+def test_stages_compiled_at_their_fractions_give_one_process_gradients(model_file, tmp_path):
+    """torch.compile's memory budget per stage, at the fractions the search chooses for
+    1408 B (test_pipeline_compiled.py: 0 and 1): stage 0 saves only its layers' inputs
+    (the whole input's 512 B storage, layer 1's 128 B each micro-batch; 2 held), stage 1
+    what eager keeping saves; the peaks are the search's measured bytes, and the compiled
+    arithmetic rounds like eager's within the stated tolerance."""
+    result = run_pipeline(model_file, plan(), tmp_path, compile_budgets=[0.0, 1.0])
+    assert [s["compile_budget"] for s in result.stages] == [0.0, 1.0]
+    assert [s["saved_bytes_per_micro_batch"] for s in result.stages] == [[640] * 4,
+                                                                          [1408] * 4]
+    assert result.peak_saved_bytes == [768, 1408]
+    assert compare_with_single_process(model_file, plan(), result).within

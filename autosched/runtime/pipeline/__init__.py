@@ -25,6 +25,8 @@ schedule's critical path with transfers overlapped).
     worker.py              one stage's process: its layers, actions, Schedule1F1B
     parking.py             BPipe's transfers between stages, overlapped with compute
     stage_meter.py         saved-activation bytes per micro-batch, as they live
+    compiled_stage.py      the torch.compile peer: per stage, the largest
+                           activation_memory_budget fraction whose saved bytes fit
 
     result = run_pipeline("gpt.py", plan.to_json(), "work/")           # PipelineResult
     compare_with_single_process("gpt.py", plan.to_json(), result)      # GradComparison
@@ -36,7 +38,8 @@ from ...lazy import lazy_names
 __all__ = ["plan_pipeline", "PipelinePlan", "plan_from_costs", "simulate", "StageCost",
            "Transfer", "Cost", "LayerCosts", "ModelCosts", "Link", "default_link",
            "measure_link", "run_pipeline", "compare_with_single_process",
-           "PipelineResult", "GradComparison"]
+           "PipelineResult", "GradComparison", "stage_compile_fractions",
+           "FractionChoice", "choose_fraction"]
 
 __getattr__ = lazy_names(__name__, {
     "plan_pipeline": ".make_pipeline_plan", "PipelinePlan": ".document",
@@ -45,4 +48,5 @@ __getattr__ = lazy_names(__name__, {
     "ModelCosts": ".costs", "Link": ".costs", "default_link": ".link",
     "measure_link": ".link", "run_pipeline": ".run",
     "compare_with_single_process": ".run", "PipelineResult": ".run",
-    "GradComparison": ".run"})
+    "GradComparison": ".run", "stage_compile_fractions": ".compiled_stage",
+    "FractionChoice": ".compiled_stage", "choose_fraction": ".compiled_stage"})

@@ -30,6 +30,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from ...errors import UserError
+from ..document import load_document
 from ..units import format_bytes
 
 PIPELINE_FORMAT = "autosched-pipeline-plan"
@@ -66,16 +67,7 @@ class PipelinePlan:
     @classmethod
     def from_json(cls, text: str) -> "PipelinePlan":
         """Parse and check a plan; anything else raises UserError with one line."""
-        try:
-            data = json.loads(text)
-        except ValueError as e:
-            raise UserError(f"not a pipeline plan: invalid JSON ({e})") from None
-        if not isinstance(data, dict) or data.get("format") != PIPELINE_FORMAT:
-            raise UserError(f"not an autosched pipeline plan (missing format "
-                            f"{PIPELINE_FORMAT!r})")
-        if data.get("version") != PIPELINE_VERSION:
-            raise UserError(f"pipeline plan version {data.get('version')} is not supported "
-                            f"(this autosched reads version {PIPELINE_VERSION})")
+        data = load_document(text, PIPELINE_FORMAT, PIPELINE_VERSION, "pipeline plan")
         missing = [k for k in _REQUIRED if k not in data]
         if missing:
             raise UserError(f"malformed pipeline plan: missing {', '.join(missing)}")

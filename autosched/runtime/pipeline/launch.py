@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import UserError
+from ..document import check_header
+from .document import PIPELINE_FORMAT, PIPELINE_VERSION, SCHEDULE
 
-FORMAT, VERSION, SCHEDULES = "autosched-pipeline-plan", 1, ("1F1B",)
+SCHEDULES = (SCHEDULE,)
 # torchrun's failure summary: one block per failed process, "rank : R" then "exitcode : C"
 _FAILED = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
 
@@ -69,11 +71,7 @@ def read_plan(doc) -> RunPlan:
     them through parking.py)."""
     from ..actions import ACTIONS
 
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise UserError(f"not a pipeline plan: 'format' must be {FORMAT!r}")
-    if doc.get("version") != VERSION:
-        raise UserError(f"pipeline plan version {doc.get('version')!r} is not supported "
-                        f"(this autosched reads version {VERSION})")
+    check_header(doc, PIPELINE_FORMAT, PIPELINE_VERSION, "pipeline plan")
     stages = _need(doc, "stages", int, "a positive integer")
     micro = _need(doc, "micro_batches", int, "a positive integer")
     if stages < 1 or micro < stages:
@@ -148,6 +146,17 @@ def _check_transfer(t, stages: int, micro: int, parked: set) -> None:
         parked.add((src, m))
 
 
+def check_fractions(fractions, stages: int) -> list[float]:
+    """One activation_memory_budget fraction in [0, 1] per stage, or a UserError line."""
+    fractions = list(fractions)
+    if len(fractions) != stages or not all(
+            isinstance(f, (int, float)) and not isinstance(f, bool) and 0 <= f <= 1
+            for f in fractions):
+        raise UserError(f"compile budgets {fractions} must be {stages} fractions in [0, 1], "
+                        "one per stage")
+    return [float(f) for f in fractions]
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write `data` to `path` so a reader sees the whole file or none."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -157,7 +166,8 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 def launch(model_file: str, plan_doc: dict, workdir, *, seed: int = 0, threads: int = 1,
            limit_s: float = 300.0, comm_timeout_s: float = 60.0, warmup: int = 0,
-           bound_parks: bool = True, extra_env: dict | None = None) -> list[dict]:
+           bound_parks: bool = True, extra_env: dict | None = None,
+           compile_budgets=None) -> list[dict]:
     """Run `plan_doc` on `model_file` with one process per stage; each stage's measurements
     (its stage<r>.json), in stage order. Gradients stay in workdir (stage<r>.npz).
 
@@ -167,16 +177,23 @@ def launch(model_file: str, plan_doc: dict, workdir, *, seed: int = 0, threads: 
     (torch's first step also infers shapes and opens the links: its time is not a
     step's). bound_parks: a stage's forward waits for the parks the plan has ended by
     its start (parking.py), so its activation memory holds whatever the link's speed.
-    extra_env: added to the workers' environment.
+    extra_env: added to the workers' environment. compile_budgets: one
+    activation_memory_budget fraction per stage, each stage's layers run under
+    torch.compile at its own (compiled_stage.py); None runs them eager. Inductor then
+    compiles on the stage's own thread (TORCHINDUCTOR_COMPILE_THREADS=1, unless
+    extra_env says otherwise): the stages share the machine's cores already.
     """
     plan = read_plan(plan_doc)
+    budgets = check_fractions(compile_budgets, plan.stages) if compile_budgets is not None \
+        else None
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     for old in work.glob("stage*.*"):
         old.unlink()
     atomic_write(work / "plan.json", json.dumps(plan_doc).encode())
     root = str(Path(__file__).resolve().parents[3])
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), **(extra_env or {}),
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads),
+           **({"TORCHINDUCTOR_COMPILE_THREADS": "1"} if budgets else {}), **(extra_env or {}),
            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc-per-node", str(plan.stages), "--max-restarts", "0",
@@ -184,7 +201,8 @@ def launch(model_file: str, plan_doc: dict, workdir, *, seed: int = 0, threads: 
            "--model-file", str(Path(model_file).resolve()), "--workdir", str(work.resolve()),
            "--seed", str(seed), "--threads", str(threads),
            "--comm-timeout-s", str(comm_timeout_s), "--warmup", str(warmup),
-           *(["--bound-parks"] if bound_parks else [])]
+           *(["--bound-parks"] if bound_parks else []),
+           *(["--compile-budgets", ",".join(repr(f) for f in budgets)] if budgets else [])]
     with open(work / "torchrun.log", "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)

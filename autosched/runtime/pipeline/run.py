@@ -69,7 +69,7 @@ class GradComparison:
 def run_pipeline(model_file: str, plan_doc: dict, workdir, *, seed: int = 0,
                  threads: int = 1, limit_s: float = 300.0, comm_timeout_s: float = 60.0,
                  warmup: int = 0, bound_parks: bool = True,
-                 extra_env: dict | None = None) -> PipelineResult:
+                 extra_env: dict | None = None, compile_budgets=None) -> PipelineResult:
     """Run one training step of `plan_doc` (a pipeline plan document, as a dict) on the
     model of `model_file`, one process per stage (launch.py), and collect what each
     stage measured. A failing or killed stage raises launch.StageFailure with one line
@@ -77,12 +77,16 @@ def run_pipeline(model_file: str, plan_doc: dict, workdir, *, seed: int = 0,
     steps first (launch.launch), for step times; the gradients are the measured step's.
     bound_parks: a stage's forward waits for the BPipe parks the plan has ended by its
     start (parking.py), so the measured memory holds the plan's even on a link slower
-    than planned (the default); False lets slow parks overlap later forwards."""
+    than planned (the default); False lets slow parks overlap later forwards.
+    compile_budgets: per stage, the activation_memory_budget fraction its layers run
+    compiled at (torch.compile's partitioner; compiled_stage.stage_compile_fractions
+    chooses them for a budget); None: eager."""
     import numpy as np
 
     stages = launch(model_file, plan_doc, workdir, seed=seed, threads=threads,
                     limit_s=limit_s, comm_timeout_s=comm_timeout_s, warmup=warmup,
-                    bound_parks=bound_parks, extra_env=extra_env)
+                    bound_parks=bound_parks, extra_env=extra_env,
+                    compile_budgets=compile_budgets)
     grads: dict = {}
     for stage in range(len(stages)):
         with np.load(Path(workdir) / f"stage{stage}.npz", allow_pickle=False) as f:

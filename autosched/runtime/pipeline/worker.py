@@ -15,7 +15,10 @@ gradients (its result is discarded, and it saves nothing), so a boundary must si
 one tensor flows from a layer to the next: checked on the first micro-batch.
 
 The stage's layers run under the plan's actions through apply_plan.apply_actions; the
-plan's BPipe transfers through parking.py, around each forward and backward.
+plan's BPipe transfers through parking.py, around each forward and backward. With a
+compile budget (the run's, one fraction per stage: --compile-budgets), the stage's layers
+are built for compilation and each runs under torch.compile with AOTAutograd's
+partitioner at that activation_memory_budget (compile_layers; compiled_stage.py).
 Measured (stage_meter.py): per micro-batch the bytes autograd saves for backward in the
 stage's forward (selective checkpoint caches included), the bytes saved and still alive
 at any moment (their peak over the step is the stage's activation memory, parked bytes
@@ -100,7 +103,8 @@ class StageModel(nn.Module):
     returns the loss (model/training_step.compute_loss's: `loss_fn`, then a sum if not
     a scalar), so what the loss saves is metered with the stage, as on one device."""
 
-    def __init__(self, model: nn.Module, plan, stage: int, calls: dict, loss_fn=None):
+    def __init__(self, model: nn.Module, plan, stage: int, calls: dict, loss_fn=None,
+                 compile_budget: float | None = None):
         super().__init__()
         self.loss_fn = loss_fn
         layers = find_layers(model, None)
@@ -115,7 +119,11 @@ class StageModel(nn.Module):
         lo, hi = plan.boundaries[stage], plan.boundaries[stage + 1]
         actions = [a if lo <= i < hi else "keep" for i, a in enumerate(plan.actions)]
         cores, fused = _attention_parts(layers, actions, calls)
-        self.planned = apply_actions(model, actions, spec, cores, fused_attention=fused)
+        self.planned = apply_actions(model, actions, spec, cores, fused_attention=fused,
+                                     compile=compile_budget is not None)
+        if compile_budget is not None:
+            compile_layers(self.planned, [layer.name for layer in layers[lo:hi]],
+                           compile_budget)
         self.first, self.last = stage == 0, stage == plan.stages - 1
         self.inject = _Inject()
         self.input_keys: set = set()     # storages of the last forward's inputs
@@ -151,6 +159,17 @@ class StageModel(nn.Module):
             raise UserError(f"a stage must end in one tensor; its last layer returned "
                             f"{type(out).__name__}")
         return out
+
+
+def compile_layers(planned: nn.Module, names, fraction: float) -> None:
+    """Each layer `names` of `planned` replaced by torch.compile of it, partitioned at
+    activation_memory_budget `fraction` (one backend for all the stage's layers)."""
+    from ..compiled_plans import partitioner_backend
+
+    backend = partitioner_backend(float(fraction))
+    for name in names:
+        replace_submodule(planned, name, torch.compile(planned.get_submodule(name),
+                                                       backend=backend))
 
 
 def _at(names, i) -> str:
@@ -238,10 +257,11 @@ def _loss(output, _target):
 
 def run_stage(model_file: str, workdir: Path, rank: int, world: int, seed: int,
               comm_timeout_s: float, kill: bool, warmup: int = 0,
-              bound_parks: bool = False) -> None:
+              bound_parks: bool = False, compile_budget: float | None = None) -> None:
     """Stage `rank`'s part of one training step, after `warmup` unmeasured ones (their
     gradients cleared); writes stage<rank>.npz and .json. bound_parks: Parking's
-    `bound` (a forward waits for the parks in flight)."""
+    `bound` (a forward waits for the parks in flight). compile_budget: the stage's
+    layers compiled at this activation_memory_budget (None: eager)."""
     import numpy as np
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
@@ -259,7 +279,7 @@ def run_stage(model_file: str, workdir: Path, rank: int, world: int, seed: int,
         model(*micro[0])
     calls = capture.single_calls()
     check_boundaries(plan, calls)
-    stage_model = StageModel(model, plan, rank, calls, spec.loss_fn)
+    stage_model = StageModel(model, plan, rank, calls, spec.loss_fn, compile_budget)
     stage = _measured_stage(PipelineStage)(stage_model, rank, world, torch.device("cpu"),
                                            exclude=model_state(model), kill=kill)
     schedule = Schedule1F1B(stage, plan.micro_batches, loss_fn=_loss,
@@ -289,6 +309,7 @@ def run_stage(model_file: str, workdir: Path, rank: int, world: int, seed: int,
         np.savez(f, **grads)
     os.replace(workdir / f".stage{rank}.npz.tmp", workdir / f"stage{rank}.npz")
     result = _result(plan, rank, stage, step_s, losses)
+    result["compile_budget"] = compile_budget
     atomic_write(workdir / f"stage{rank}.json", json.dumps(result).encode())
 
 
@@ -344,14 +365,18 @@ def main(argv=None) -> int:
     p.add_argument("--comm-timeout-s", type=float, default=60.0)
     p.add_argument("--warmup", type=int, default=0)
     p.add_argument("--bound-parks", action="store_true")
+    p.add_argument("--compile-budgets", default="",
+                   help="comma-separated activation_memory_budget fractions, one per stage")
     a = p.parse_args(argv)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     kill = os.environ.get(KILL_ENV) == str(rank)
     workdir = Path(a.workdir)
     torch.set_num_threads(a.threads)
     try:
+        budgets = [float(f) for f in a.compile_budgets.split(",")] if a.compile_budgets \
+            else None
         run_stage(a.model_file, workdir, rank, world, a.seed, a.comm_timeout_s, kill,
-                  a.warmup, a.bound_parks)
+                  a.warmup, a.bound_parks, budgets[rank] if budgets else None)
     except BaseException as e:          # noqa: BLE001 - every failure becomes one line
         line = _one_line(e)
         record = {"kind": _kind(e), "message": line[:300], "time": time.time(),
