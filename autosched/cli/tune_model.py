@@ -4,6 +4,9 @@ The model file is the one `autosched plan` reads (make_model, make_inputs, optio
 loss_fn). Its operators are found by tracing (see `autosched/model/extract.py`), tuned
 as tasks weighted by how often the model calls them, and torch's own latency for each is
 measured once and recorded as its baseline. The table says, per operator, which is faster.
+On `--target cuda` torch is timed on the GPU: here with the local runner (a GPU machine),
+or with `--runner bundle:DIR` on the machine that measures the bundle, whose baselines
+the next run imports.
 """
 from __future__ import annotations
 
@@ -48,8 +51,12 @@ def run(args: argparse.Namespace) -> int:
     print(choices_table(result.choices))
     left = ", ".join(f"{n} x{c}" for n, c in ops.uncovered.most_common()) or "none"
     print(f"left to torch (no autosched workload): {left}")
-    print(f"torch baselines measured: {result.measured_baselines}   records: "
+    how = "imported from the bundle" if args.runner.startswith("bundle:") and \
+        result.tune.target.kind == "cuda" else "measured"
+    print(f"torch baselines {how}: {result.measured_baselines}   records: "
           f"{mask_password(result.tune.db_url)}   log: {log.path}")
+    if result.tune.bundle:
+        print(f"autosched: {result.tune.bundle}")
     if result.tune.stopped:
         print(f"autosched: stopped after {result.tune.trials} of {config.trials} trials: "
               f"{result.tune.stopped}; the records so far are saved", file=sys.stderr)

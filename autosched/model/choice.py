@@ -85,6 +85,15 @@ class OpChoice:
         return f"torch {'timed' if how else 'recorded'} faster (kernel at {speedup:.2f}x{how})"
 
     @property
+    def decided_by(self) -> str:
+        """How the choice was made: the kernel's call timed beside torch's operator, the
+        call against torch's baseline record, or the two records alone (export on a
+        host that cannot run the kernels, or before export)."""
+        if self.torch_call_s is not None:
+            return "side by side"
+        return "call against baseline record" if self.call_s is not None else "records"
+
+    @property
     def shape(self) -> str:
         return shape_text(self.params)
 
@@ -94,7 +103,7 @@ class OpChoice:
                 "kernel_s": self.kernel_s, "baseline_record_id": self.baseline_record_id,
                 "kernel_record_id": self.kernel_record_id, "call_s": self.call_s,
                 "torch_call_s": self.torch_call_s, "excluded": self.excluded,
-                "chosen": self.chosen, "reason": self.reason}
+                "chosen": self.chosen, "reason": self.reason, "decided_by": self.decided_by}
 
     @staticmethod
     def from_json(d: dict) -> OpChoice:
@@ -134,14 +143,17 @@ def choices_table(choices: list[OpChoice]) -> str:
 
 
 def write_choices(out_dir: str, model_path: str, train: bool, choices,
-                  step_check: dict | None = None) -> str:
-    """model_ops.json in `out_dir`: the decision for every task, and the measurements of
-    the step check (`StepCheck.to_json()`) where one ran."""
+                  step_check: dict | None = None, notes: dict | None = None) -> str:
+    """model_ops.json in `out_dir`: the decision for every task, the measurements of
+    the step check (`StepCheck.to_json()`) where one ran, and `notes` (strings: how a
+    CUDA export decided where it could not time, `decided_on`, and why the step check
+    did not run, `step_check_skipped`)."""
     path = os.path.join(out_dir, CHOICES_NAME)
     doc = {"format": CHOICES_FORMAT, "model": os.path.abspath(model_path), "train": train,
            "ops": [c.to_json() for c in choices]}
     if step_check is not None:
         doc["step_check"] = step_check
+    doc.update(notes or {})
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
     return path

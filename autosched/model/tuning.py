@@ -48,35 +48,49 @@ def baseline_threads(target) -> int:
 
 
 def _random_inputs(task, device: str):
-    import torch
+    from .baseline import random_inputs
 
-    from ..torch.dispatch import torch_dtype
-
-    g = torch.Generator().manual_seed(0)
-    return [torch.randn(s.shape, generator=g, dtype=torch_dtype(s.dtype)).to(device)
-            for s in task.inputs]
+    return random_inputs([(s.shape, s.dtype) for s in task.inputs], device)
 
 
 def _call_twin(twin, params, *tensors):
     return twin.torch_call(tensors, params)
 
 
+def is_bundle(runner: str) -> bool:
+    return runner.startswith("bundle:")
+
+
+def check_cuda_baselines(target, runner: str) -> None:
+    """UserError where torch's baselines of a CUDA target cannot be timed: the local
+    runner needs a GPU that torch sees here; a bundle times them on its GPU machine."""
+    from .baseline import no_gpu_reason
+
+    if target.kind != "cuda" or is_bundle(runner):
+        return
+    why = no_gpu_reason() if runner == "local" else "an RPC runner times no torch baseline"
+    if why is not None:
+        raise UserError(f"tune-model --target cuda times torch's baselines with the "
+                        f"kernels, and {why}; build a round for the GPU machine with "
+                        "--runner bundle:DIR")
+
+
 def measure_baselines(model_ops, tasks, db, target, versions, settings) -> int:
-    """Time torch on every task that has no baseline here yet; returns how many."""
-    from .baseline import lookup, record_baseline, time_torch
+    """Time torch on every task that has no baseline here yet (on the GPU for a CUDA
+    target, `baseline.time_torch_cuda`); returns how many."""
+    from .baseline import lookup, record_baseline, time_torch, time_torch_cuda
     from .workloads import WORKLOADS
 
-    if target.kind != "llvm":
-        raise UserError("tune-model measures torch's baselines on the CPU only for now; "
-                        "use --target llvm")
+    gpu = target.kind == "cuda"
     threads, measured = baseline_threads(target), 0
     for op, task in zip(model_ops.ops, tasks):
         if lookup(db, task, target, versions, threads) is not None:
             continue
         twin = WORKLOADS[op.workload]
-        inputs = _random_inputs(task, "cpu")
+        inputs = _random_inputs(task, "cuda" if gpu else "cpu")
         call = partial(_call_twin, twin, dict(op.params))
-        latencies = time_torch(call, inputs, settings, threads)
+        latencies = (time_torch_cuda([call], inputs, settings)[0] if gpu
+                     else time_torch(call, inputs, settings, threads))
         record_baseline(db, task, target, versions, latencies, threads, settings.to_json())
         measured += 1
     return measured
@@ -84,23 +98,71 @@ def measure_baselines(model_ops, tasks, db, target, versions, settings) -> int:
 
 def tune_model(path: str, config, train: bool = False, callbacks=()) -> ModelTuneResult:
     """Tune every operator of the model file at `path` with `config.trials` in all.
-    Torch is timed first, while no tuning worker runs beside it."""
+    Torch is timed first, while no tuning worker runs beside it; on a CUDA target with
+    `--runner bundle:DIR` the bundle's round carries torch's timing instead
+    (`_tune_with_bundle`)."""
     from ..db import open_database
     from .modelfile import load_model_file
     from ..target import resolve_target
     from ..tuner import tune_tasks
     from .extract import extract
 
+    target = resolve_target(config.target)
+    check_cuda_baselines(target, config.runner)  # before the model is traced
     model_ops = extract(load_model_file(path), train)
     tasks = model_tasks(model_ops)
-    target = resolve_target(config.target)
     versions = current_versions(SPACE_VERSION)
+    if target.kind == "cuda" and is_bundle(config.runner):
+        return _tune_with_bundle(model_ops, tasks, target, versions, config, callbacks)
     with open_database(config.database_url) as db:
         measured = measure_baselines(model_ops, tasks, db, target, versions, config.measure)
     result = tune_tasks(tasks, config, callbacks, weights=[op.count for op in model_ops.ops])
     with open_database(config.database_url) as db:
         choices = recorded_choices(model_ops, tasks, db, target, versions)
     return ModelTuneResult(model_ops, result, choices, measured)
+
+
+def _tune_with_bundle(model_ops, tasks, target, versions, config, callbacks):
+    """Tune through a bundle: import the baselines its GPU machine timed, put a baseline
+    job for every task still without one into the round this run writes, tune."""
+    from ..db import open_database
+    from ..measure.factory import make_measurer
+    from ..tuner import tune_tasks
+    from ..results import MeasureResult
+    from .baseline import lookup, record_baseline
+
+    measurer = make_measurer(config.measure, config.runner, config.work_dir)
+    try:
+        measurer.check_run(tasks, target, versions)  # another command's bundle: refused
+        there = target.measured_on(measurer.hardware(target))
+        by_key = {t.key: t for t in tasks}
+        imported = 0  # the newest result of a task first: one baseline each
+        with open_database(config.database_url) as db:
+            for r in sorted(measurer.runner.baseline_results(), key=lambda r: -r["round"]):
+                task, res = by_key.get(r["task_key"]), MeasureResult.from_json(r["result"])
+                if task is None or not res.ok or lookup(db, task, there, versions, 0):
+                    continue
+                record_baseline(db, task, there, versions, res.latencies, 0,
+                                r["settings"], r["runtime"].get("torch"),
+                                {"host": r["host"], "user": r["user"], "time": r["time"]})
+                imported += 1
+            missing = [(op, t) for op, t in zip(model_ops.ops, tasks)
+                       if lookup(db, t, there, versions, 0) is None]
+        measurer.runner.add_baseline_jobs([_baseline_job(op, t) for op, t in missing])
+        result = tune_tasks(tasks, config, callbacks, measurer=measurer,
+                            weights=[op.count for op in model_ops.ops])
+    finally:
+        measurer.close()
+    with open_database(config.database_url) as db:
+        choices = recorded_choices(model_ops, tasks, db, result.target, versions)
+    return ModelTuneResult(model_ops, result, choices, imported)
+
+
+def _baseline_job(op, task) -> dict:
+    """A bundle's baseline job for `task` (measure/bundle/baselines.py)."""
+    return {"task_key": task.key, "task": task.name, "workload": op.workload,
+            "params": dict(op.params),
+            "inputs": [{"shape": list(s.shape), "dtype": s.dtype} for s in task.inputs]}
 
 
 def export_model(path: str, target_text: str, out_dir: str, db_url: str | None = None,
@@ -121,7 +183,13 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     compiled with the chosen kernels is then timed against inductor alone, in
     `step_rounds` alternating rounds, and groups of kernels that keep it from being
     faster beyond noise are left to torch (step_check.py); model_ops.json records those
-    measurements under `step_check`."""
+    measurements under `step_check`.
+
+    On a CUDA target the kernels and torch are timed on the GPU (`time_torch_cuda`);
+    on a host where torch sees no GPU (a build host exporting a bundle's results) each
+    choice is made from the records, kernel record against baseline record, and the
+    step check is skipped: model_ops.json says both (`decided_on`, each op's
+    `decided_by`, `step_check_skipped`)."""
     from ..db import DEFAULT_DB_URL, open_database
     from .modelfile import load_model_file
     from ..target import resolve_target
@@ -136,14 +204,18 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     tasks = model_tasks(model_ops)
     target = resolve_target(target_text)
     versions = current_versions(SPACE_VERSION)
+    notes, no_gpu = _cuda_notes(target)
     with open_database(db_url or DEFAULT_DB_URL) as db:
+        target = _measuring_target(db, tasks, target)
         choices = recorded_choices(model_ops, tasks, db, target, versions)
         if all(c.kernel_s is None for c in choices):
             raise UserError(f"no kernel of {path} is recorded in {db.url} for this target "
                             "and machine; run `autosched tune-model` first")
         records = {c.task_key: db.best(t.key, target.key, target.hardware_key, versions)
                    for t, c in zip(tasks, choices) if c.chosen == "autosched"}
-    if records:
+    if records and no_gpu:  # nothing can be called here: the records decide
+        _write(tasks, choices, records, target, out_dir)
+    elif records:
         timed = _build_and_time(model_ops, tasks, choices, records, target, out_dir,
                                 side_by_side)
         choices = exclude_split_calls(model_ops, [
@@ -154,13 +226,44 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
         if records:        # again: the library's metadata carries the times of the calls
             _write(tasks, choices, records, target, out_dir)
     check = None
-    if records and step_check:
+    if records and step_check and "step_check_skipped" not in notes:
         choices, records, check = _check_step(spec, model_ops, tasks, choices, records,
                                               target, out_dir, step_rounds)
     if not records:  # torch wins everywhere: no library, only the decisions
         _clear_library(out_dir)
     return write_choices(out_dir, path, train, choices,
-                         check.to_json() if check else None), choices
+                         check.to_json() if check else None, notes), choices
+
+
+def _cuda_notes(target) -> tuple[dict, str | None]:
+    """What model_ops.json says of how a CUDA export decided, and why no kernel can be
+    called here (None where torch sees a GPU); ({}, None) for the CPU."""
+    from .baseline import no_gpu_reason
+
+    if target.kind != "cuda":
+        return {}, None
+    why = no_gpu_reason()
+    if why is None:
+        return {}, None
+    return {"decided_on": f"records (kernel record against torch's baseline record): {why}",
+            "step_check_skipped": f"no GPU to run the step on: {why}"}, why
+
+
+def _measuring_target(db, tasks, target):
+    """On a host without the GPU (a CUDA target, no local device): the target as
+    measured on the one GPU whose kernel records of `tasks` the database holds, so that
+    its records and baselines are found; else `target`."""
+    if target.kind != "cuda" or target.has_local_device:
+        return target
+    found = {}
+    for task in tasks:
+        for rec in db.iter_records(task_key=task.key, target_key=target.key, ok_only=True):
+            found.setdefault(rec.hardware_key, rec.hardware)
+    if len(found) > 1:
+        names = ", ".join(f"{fp.get('name')} ({key})" for key, fp in sorted(found.items()))
+        raise UserError(f"the records of this model on {target.key} come from several GPUs "
+                        f"({names}); export on the GPU machine whose kernels you want")
+    return target.measured_on(next(iter(found.values()))) if found else target
 
 
 def _check_step(spec, model_ops, tasks, choices, records, target, out_dir, rounds):
@@ -250,19 +353,21 @@ def _build_and_time(model_ops, tasks, choices, records, target, out_dir,
     {task key: (kernel's seconds per call, torch's or None)}, medians."""
     from ..measure.settings import MeasureSettings
     from ..torch import load_library
-    from .baseline import time_side_by_side
+    from .baseline import time_side_by_side, time_torch_cuda
     from .workloads import WORKLOADS
 
     built = {t.key for t in _write(tasks, choices, records, target, out_dir)}
     library = load_library(out_dir)
-    threads = baseline_threads(target)
+    gpu = target.kind == "cuda"
+    threads = 0 if gpu else baseline_threads(target)
     out = {}
     for op, t in zip(model_ops.ops, tasks):
         if t.key in built and t.key not in out:
             twin = partial(_call_twin, WORKLOADS[op.workload], dict(op.params))
             funcs = [library[t.workload]] + ([twin] if side_by_side else [])
-            times = time_side_by_side(funcs, _random_inputs(t, "cpu"), MeasureSettings(),
-                                      threads)
+            inputs = _random_inputs(t, "cuda" if gpu else "cpu")
+            times = (time_torch_cuda(funcs, inputs, MeasureSettings()) if gpu else
+                     time_side_by_side(funcs, inputs, MeasureSettings(), threads))
             out[t.key] = (statistics.median(times[0]),
                           statistics.median(times[1]) if side_by_side else None)
     return out

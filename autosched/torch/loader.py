@@ -15,6 +15,10 @@ architecture, made at export), so loading it needs TVM's runtime libraries
 (libtvm_runtime, libtvm_runtime_cuda, which needs the driver's libcuda.so.1 and
 libcudart.so.13) and no CUDA compiler. A library exported by an older autosched, which
 carried CUDA source to compile at load time, is refused with the advice to re-export.
+Its functions take torch's CUDA tensors as they are (DLPack, zero-copy); the torch ops
+over them (`dispatch.OpKernels`) allocate the outputs with torch and launch inside
+`tvm_ffi.use_torch_stream()`, so a kernel runs on torch's current stream with no host
+synchronisation, which is what a CUDA graph capture needs.
 """
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ Where things are:
 - measure_round.py (run as `python -m autosched.measure.bundle DIR`): the measuring
   side, with TVM's runtime and no compiler.
 - format.py: the directory layout and files both sides share.
+- baselines.py: a round's baseline jobs (torch's time per task of a model, for
+  `tune-model --target cuda`), timed on the measuring side by a child that imports torch.
 - recipe.py: reference data too large to travel, sent as reference kernels instead;
   target_reference.py makes it on the measuring machine.
 

@@ -16,9 +16,11 @@ DIR/.lock                  held by the one process working on DIR
 The manifest names the format, the round, the tasks, the target, the versions the
 libraries were built with, the measurement settings, the trials of every round so far
 (`spent`) and each candidate: its id, task key, candidate JSON, library (None when it
-failed to build or to fit the target's limits: then `known` holds that failure). A
-result file names its candidate the same way, so results stay readable after later
-rounds replace the manifest. This module is plain data and files: the measuring side
+failed to build or to fit the target's limits: then `known` holds that failure), and
+since format 2 the round's baseline jobs (`baselines`, see baselines.py: torch timed
+beside the kernels; a format-1 manifest, which has none, is still read). A result file
+names its candidate (or job) the same way, so results stay readable after later rounds
+replace the manifest. This module is plain data and files: the measuring side
 imports it without TVM.
 """
 from __future__ import annotations
@@ -30,7 +32,8 @@ import tempfile
 
 from ...errors import UserError
 
-FORMAT = 1
+FORMAT = 2  # 2: a round may carry baseline jobs, which a format-1 measurer would skip
+READABLE = (1, 2)
 MANIFEST = "manifest.json"
 LIB, REFERENCE, RESULTS, RECIPES = "lib", "reference", "results", "recipes"
 _TMP = ".tmp-"  # prefix of a file being written; never read as a result
@@ -76,9 +79,10 @@ def read_manifest(directory: str) -> dict | None:
     manifest = read_json(path)
     if manifest is None or "candidates" not in manifest:
         raise BundleError(f"{directory}: {MANIFEST} is not a bundle manifest")
-    if manifest.get("format") != FORMAT:
+    if manifest.get("format") not in READABLE:
         raise BundleError(f"{directory}: bundle format {manifest.get('format')!r}, this "
-                          f"autosched reads format {FORMAT}; build a new bundle")
+                          f"autosched reads formats {READABLE[0]} to {READABLE[-1]}; build a "
+                          "new bundle")
     return manifest
 
 

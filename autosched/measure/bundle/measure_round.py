@@ -13,7 +13,10 @@ machine's fingerprint, is written atomically to
 `DIR/results/<id>.json` as soon as it is known, so a measurement that is killed loses
 at most the candidate in flight and a rerun measures only what is left. A candidate
 that failed to build gets its result here too (its build failure), so every record
-of a round names the machine that measured it.
+of a round names the machine that measured it. A round of `tune-model` also carries
+baseline jobs: torch's own time for each task, taken here after the candidates by a
+child process that imports torch (baselines.py); without torch, or without a GPU that
+torch sees, their results say so.
 
 Exit codes: 0 measured (or nothing left to measure), 2 not a bundle this machine can
 measure (one line), 1 a fault of this machine (the worker cannot start; a reply that
@@ -38,6 +41,7 @@ from ...target import cpu_fingerprint, local_gpu
 from ...versions import AUTOSCHED_VERSION, tvm_ffi_version
 from ..run_job import run_request
 from ..worker import WorkerDied, WorkerProcess
+from .baselines import measure_baselines, pending_baselines
 from .format import (BundleError, BundleLock, one_machine, pending, read_results, remove_partial,
                      require_bundle, result_path, write_json)
 from .target_reference import make_reference, remove_partial_references
@@ -152,14 +156,16 @@ def _result_file(entry: dict, manifest: dict, result: MeasureResult, hardware: d
 
 
 def measure_bundle(directory: str, out=sys.stdout) -> int:
-    """Measure every candidate of DIR's round that has no result; returns how many were
-    measured (0: nothing was pending, which is said on `out`)."""
+    """Measure every candidate and baseline job (baselines.py) of DIR's round that has
+    no result; returns how many were measured (0: nothing was pending, which is said on
+    `out`). The baselines are timed after the candidates: a candidate's fault stops the
+    run before them, and they are timed on the next try."""
     manifest = require_bundle(directory)
     check_runtime(manifest, directory)
     with BundleLock(directory):
         remove_partial(directory)  # a result whose writer was killed: measured again
-        todo = pending(directory, manifest)
-        if not todo:
+        todo, jobs = pending(directory, manifest), pending_baselines(directory, manifest)
+        if not todo and not jobs:
             print(f"bundle {directory}: nothing to measure: all {len(manifest['candidates'])} "
                   f"candidates of round {manifest['round']} have results; rerun the tune "
                   "command to record them", file=out)
@@ -169,8 +175,11 @@ def measure_bundle(directory: str, out=sys.stdout) -> int:
         if earlier is not None and earlier != hardware:
             raise BundleError(f"bundle {directory} has results from another machine "
                               f"({earlier}); measure the rest there, or build a new bundle")
-        _measure_all(manifest, directory, todo, hardware, out)
-    return len(todo)
+        if todo:
+            _measure_all(manifest, directory, todo, hardware, out)
+        if jobs:
+            measure_baselines(manifest, directory, jobs, hardware, out)
+    return len(todo) + len(jobs)
 
 
 def _measure_all(manifest, directory, todo, hardware, out) -> None:

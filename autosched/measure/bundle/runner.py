@@ -35,6 +35,7 @@ from ..local_runner import DEVICES
 from ..reference.job import ReferenceFailed
 from ..reference.store import ensure_reference
 from ..settings import MeasureInput, MeasureSettings
+from .baselines import baseline_results, job_ids, pending_baselines
 from .format import (FORMAT, LIB, MANIFEST, RECIPES, REFERENCE, RESULTS, BundleError, BundleLock,
                      one_machine, pending, read_json, read_manifest, read_results, remove_partial,
                      write_json)
@@ -64,12 +65,15 @@ class BundleRunner:
         self._tasks: dict[str, object] = {}
         self._reduced: dict[str, object] = {}  # task key -> reduced task (None: ships arrays)
         self._recipes: dict[str, dict] = {}    # task key -> its recipe in DIR (this round)
+        self._baselines: list[dict] = []       # baseline jobs for the round this run builds
         self._lock = BundleLock(directory).acquire()
         try:
             remove_partial(directory)
             self.manifest = read_manifest(directory)
             self.results = read_results(directory)
-            self._pending = pending(directory, self.manifest) if self.manifest else []
+            self._pending = (pending(directory, self.manifest)
+                             + pending_baselines(directory, self.manifest)
+                             if self.manifest else [])
             self._remove_unlisted_libs()
         except BaseException:
             self._lock.release()
@@ -101,6 +105,15 @@ class BundleRunner:
                                   "record it with the versions that built it, or use a new "
                                   "bundle directory")
 
+    def baseline_results(self) -> list[dict]:
+        """The result files of DIR's baseline jobs (baselines.py), every round's."""
+        return baseline_results(self.results)
+
+    def add_baseline_jobs(self, jobs: list[dict]) -> None:
+        """Carry `jobs` (baselines.py, without ids) in the round this run writes; while
+        DIR's round is being measured none is written, and the next run asks again."""
+        self._baselines = [] if self._pending else list(jobs)
+
     def budget(self, trials: int) -> int:
         """Trials this run may put into a new round: none while DIR's round is being
         measured, else what `trials` leaves after every earlier round."""
@@ -122,7 +135,7 @@ class BundleRunner:
         learned: dict[str, list] = {k: [] for k in by_key}
         newest: dict[tuple[str, str], dict] = {}  # a candidate measured again: its last
         for r in sorted(self.results.values(), key=lambda r: (r["round"], r["id"])):
-            if r["task_key"] in by_key:
+            if r["task_key"] in by_key and r.get("kind") != "baseline":
                 newest[(r["task_key"], r["candidate_key"])] = r
         records = []
         for key, task in by_key.items():
@@ -241,17 +254,20 @@ class BundleRunner:
         what to do next."""
         d, m = self.directory, self.manifest
         if self._pending:
-            return (f"bundle {d}: {len(self._pending)} of {len(m['candidates'])} candidates "
+            jobs = len(m.get("baselines", []))
+            what = "candidates and baseline jobs" if jobs else "candidates"
+            return (f"bundle {d}: {len(self._pending)} of {len(m['candidates']) + jobs} {what} "
                     f"of round {m['round']} are not measured yet; measure them with "
                     f"`{measure_command(d)}` on the target machine, then rerun this command")
         spent = m["spent"] if m else 0
-        if not self._staged:
+        if not self._staged and not self._baselines:
             why = f"all {spent} trials" if spent >= trials else "every candidate the search found"
             return f"bundle {d}: {why} measured and recorded; nothing left to build"
         from ...versions import tvm_ffi_version
 
+        number = (m["round"] if m else 0) + 1
         manifest = {
-            "format": FORMAT, "round": (m["round"] if m else 0) + 1,
+            "format": FORMAT, "round": number, "baselines": job_ids(number, self._baselines),
             "spent": spent + len(self._staged), "target": target.to_json(),
             "target_key": target.key, "device": DEVICES[target.kind],
             "versions": dict(versions, tvm_ffi=tvm_ffi_version()),
@@ -262,11 +278,13 @@ class BundleRunner:
                               else None} for t in tasks},
             "candidates": self._staged}
         write_json(os.path.join(d, MANIFEST), manifest)
-        self.manifest, self._pending, self._staged = manifest, list(self._staged), []
+        self._pending = list(self._staged) + manifest["baselines"]
+        self.manifest, self._staged, self._baselines = manifest, [], []
         self._remove_unlisted_libs()
-        count = len(manifest["candidates"])
+        count, jobs = len(manifest["candidates"]), len(manifest["baselines"])
         return (f"round {manifest['round']} written to {d}: {count} candidates of "
-                f"{len({c['task_key'] for c in manifest['candidates']})} task(s), "
+                f"{len({c['task_key'] for c in manifest['candidates']})} task(s)"
+                + (f", {jobs} baseline jobs" if jobs else "") + ", "
                 f"{_mib(d):.1f} MiB; measure it "
                 f"with `{measure_command(d)}` on the target machine, then rerun this command "
                 "to record the results and build the next round")
