@@ -6,7 +6,8 @@ and dtype the node was called with), the graph values that are the kernel's inpu
 order, and the node whose value the kernel's output replaces. Transposes feeding a matmul
 are folded into the workload (``mm_nt``, ``mm_tn``, ``linear``), so the kernel reads the
 untransposed tensor instead of a strided view, and a ReLU or GELU that is the only user of
-a linear layer or convolution is fused into it as an epilogue.
+a linear layer or convolution is fused into it as an epilogue. A convolution of
+channels_last tensors matches an NHWC workload that reads them zero-copy (`conv_layouts`).
 
 The same function serves extraction (`tune-model`, `export-model`) and the torch.compile
 backend, so the tasks that are tuned are exactly the ones the backend looks up. A node
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .conv_layouts import nhwc_match, takes_nhwc
 from .dtypes import HALF, dtype_name
 from .workloads import workload_name
 
@@ -50,6 +52,10 @@ class OpMatch:
     # the operator node when it has several outputs computed by several kernels (one
     # match each): they replace it only together, else it would still run for the rest
     group: object = None
+    # a permutation (a view) per input applied before the reshape, or None; and the one
+    # of the kernel's output before its reshape (channels_last convolutions, conv_layouts)
+    input_perms: tuple = ()
+    output_perm: tuple | None = None
 
     @property
     def key(self) -> tuple:
@@ -254,8 +260,9 @@ def _convolution(node):
     output, epilogue = _epilogue(node)
     sx, sw, K = _shape(x), _shape(w), params["K"]
     inputs, shapes = ((x, w), (sx, sw)) if bias is None else ((x, w, bias), (sx, sw, (K,)))
-    return _make(node, workload_name(base, bias is not None, epilogue), params, inputs,
-                 shapes, output)
+    found = _make(node, workload_name(base, bias is not None, epilogue), params, inputs,
+                  shapes, output)
+    return nhwc_match(found) if base == "aten_conv2d" and takes_nhwc(x, w, output) else found
 
 
 def _plain_conv(x, w, stride, padding, dilation, transposed, groups, rank, *tensors):
@@ -307,11 +314,12 @@ def _convolution_backward(node) -> list:
     if params is None or sdy is None:
         return []
     sx, sw = _shape(x), _shape(w)
-    return _output_parts(node, {
+    nhwc = takes_nhwc(x, w, dy)
+    return [nhwc_match(m) if nhwc else m for m in _output_parts(node, {
         0: ("aten_conv2d_grad_input", params, (dy, w), (sdy, sw)),
         1: ("aten_conv2d_grad_weight", params, (dy, x), (sdy, sx)),
         2: ("aten_conv2d_grad_bias", {"N": sdy[0], "K": sdy[1], "P": sdy[2], "Q": sdy[3],
-                                      "dtype": params["dtype"]}, (dy,), (sdy,))})
+                                      "dtype": params["dtype"]}, (dy,), (sdy,))})]
 
 
 def _layer_norm_backward(node) -> list:

@@ -45,6 +45,7 @@ import torch
 from ..errors import UserError
 from .aten_match import OpMatch
 from .choice import CHOICES_NAME, SPLIT_CALL, read_choices, shape_text
+from .conv_layouts import permuted
 from .graphs import aot_backend, graph_compiler, scan
 
 log = logging.getLogger("autosched.model")
@@ -135,14 +136,21 @@ class AutoschedBackend:
 
     def _replace(self, graph, m: OpMatch, entry) -> None:
         op = self.ops[entry.workload].default
+        perms = m.input_perms or (None,) * len(m.inputs)
         with graph.inserting_before(m.output):
             args = []
-            for node, shape in zip(m.inputs, m.input_shapes):
-                if tuple(node.meta["val"].shape) != tuple(shape):
+            for node, shape, perm in zip(m.inputs, m.input_shapes, perms):
+                have = permuted(node.meta["val"].shape, perm)
+                if perm is not None:  # a view: zero-copy where it is contiguous
+                    node = graph.call_function(aten.permute.default, (node, list(perm)))
+                if have != tuple(shape):
                     node = graph.call_function(aten.reshape.default, (node, list(shape)))
                 args.append(node)
             out = graph.call_function(op, tuple(args))
-            if tuple(entry.outputs[0].shape) != tuple(m.output_shape):
+            have = permuted(entry.outputs[0].shape, m.output_perm)
+            if m.output_perm is not None:
+                out = graph.call_function(aten.permute.default, (out, list(m.output_perm)))
+            if have != tuple(m.output_shape):
                 out = graph.call_function(aten.reshape.default, (out, list(m.output_shape)))
         m.output.replace_all_uses_with(out)
 

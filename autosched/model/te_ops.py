@@ -3,7 +3,9 @@
 Each function computes exactly what one aten operator (or an operator with its
 transposed operands folded in) computes, on the shapes the operator was called with;
 `workloads.py` pairs each with its torch twin and names the bindings. The row helpers
-(`row_mean`, `row_stats`) are public: op files build their layer norms from them.
+(`row_mean`, `row_stats`) are public: op files build their layer norms from them; so are
+the dtype and epilogue helpers (`up`, `down`, `cast_out`, `acc_name`, `activation`) that
+`te_conv_nhwc.py` shares.
 
 ``dtype`` is the dtype of the tensors. For the half types the arithmetic is float32
 (`dtypes.accumulate_dtype`): inputs are cast in where they are read, sums and
@@ -31,22 +33,22 @@ def _sum_product(a, b, k):
     return te.sum(a * b, axis=k)
 
 
-def _up(value, dtype):
+def up(value, dtype):
     """A value read from a `dtype` tensor, in the dtype the kernel computes in."""
     return value.astype("float32") if dtype in HALF else value
 
 
-def _down(value, dtype):
+def down(value, dtype):
     """A computed value as the `dtype` of the output."""
     return value.astype(dtype) if dtype in HALF else value
 
 
-def _acc_name(name: str, dtype) -> str:
-    """The name of a reduction stage whose result `_cast_out` makes the output `name`."""
+def acc_name(name: str, dtype) -> str:
+    """The name of a reduction stage whose result `cast_out` makes the output `name`."""
     return f"{name}_acc" if dtype in HALF else name
 
 
-def _cast_out(t, dtype, name: str):
+def cast_out(t, dtype, name: str):
     """`t` (computed in float32 for a half `dtype`) cast to `dtype` as the output `name`;
     `t` itself for any other dtype."""
     if dtype not in HALF:
@@ -63,13 +65,13 @@ def _matmul(M, N, K, dtype, a_transposed=False, b_transposed=False):
     k = te.reduce_axis((0, K), name="k")
 
     def a(i):
-        return _up(A[k, i] if a_transposed else A[i, k], dtype)
+        return up(A[k, i] if a_transposed else A[i, k], dtype)
 
     def b(j):
-        return _up(B[j, k] if b_transposed else B[k, j], dtype)
+        return up(B[j, k] if b_transposed else B[k, j], dtype)
 
-    C = te.compute((M, N), lambda i, j: _sum_product(a(i), b(j), k), name=_acc_name("C", dtype))
-    return A, B, _cast_out(C, dtype, "C")
+    C = te.compute((M, N), lambda i, j: _sum_product(a(i), b(j), k), name=acc_name("C", dtype))
+    return A, B, cast_out(C, dtype, "C")
 
 
 def mm(M=64, N=64, K=64, dtype="float32"):
@@ -87,7 +89,7 @@ def mm_tn(M=64, N=64, K=64, dtype="float32"):
     return _matmul(M, N, K, dtype, a_transposed=True)
 
 
-def _epilogue(value, epilogue: str, dtype):
+def activation(value, epilogue: str, dtype):
     te = _te()
     if epilogue == "none":
         return value
@@ -106,9 +108,9 @@ def linear(M=64, N=64, K=64, epilogue="none", dtype="float32"):
     b = te.placeholder((N,), name="b", dtype=dtype)
     k = te.reduce_axis((0, K), name="k")
     acc = accumulate_dtype(dtype)
-    xw = te.compute((M, N), lambda i, j: _sum_product(_up(x[i, k], dtype), _up(w[j, k], dtype),
+    xw = te.compute((M, N), lambda i, j: _sum_product(up(x[i, k], dtype), up(w[j, k], dtype),
                                                       k), name="xw")
-    y = te.compute((M, N), lambda i, j: _down(_epilogue(xw[i, j] + _up(b[j], dtype), epilogue,
+    y = te.compute((M, N), lambda i, j: down(activation(xw[i, j] + up(b[j], dtype), epilogue,
                                                         acc), dtype), name="y")
     return x, w, b, y
 
@@ -120,8 +122,8 @@ def bmm(B=4, M=64, N=64, K=64, dtype="float32"):
     b = te.placeholder((B, K, N), name="Bm", dtype=dtype)
     k = te.reduce_axis((0, K), name="k")
     C = te.compute((B, M, N), lambda n, i, j: _sum_product(
-        _up(a[n, i, k], dtype), _up(b[n, k, j], dtype), k), name=_acc_name("C", dtype))
-    return a, b, _cast_out(C, dtype, "C")
+        up(a[n, i, k], dtype), up(b[n, k, j], dtype), k), name=acc_name("C", dtype))
+    return a, b, cast_out(C, dtype, "C")
 
 
 def softmax(M=64, N=64, dtype="float32"):
@@ -129,11 +131,11 @@ def softmax(M=64, N=64, dtype="float32"):
     te = _te()
     x = te.placeholder((M, N), name="x", dtype=dtype)
     k1 = te.reduce_axis((0, N), name="k1")
-    row_max = te.compute((M,), lambda i: te.max(_up(x[i, k1], dtype), axis=k1), name="row_max")
-    exp = te.compute((M, N), lambda i, j: te.exp(_up(x[i, j], dtype) - row_max[i]), name="exp")
+    row_max = te.compute((M,), lambda i: te.max(up(x[i, k1], dtype), axis=k1), name="row_max")
+    exp = te.compute((M, N), lambda i, j: te.exp(up(x[i, j], dtype) - row_max[i]), name="exp")
     k2 = te.reduce_axis((0, N), name="k2")
     row_sum = te.compute((M,), lambda i: te.sum(exp[i, k2], axis=k2), name="row_sum")
-    return x, te.compute((M, N), lambda i, j: _down(exp[i, j] / row_sum[i], dtype), name="y")
+    return x, te.compute((M, N), lambda i, j: down(exp[i, j] / row_sum[i], dtype), name="y")
 
 
 def softmax_backward(M=64, N=64, dtype="float32"):
@@ -142,10 +144,10 @@ def softmax_backward(M=64, N=64, dtype="float32"):
     dy = te.placeholder((M, N), name="dy", dtype=dtype)
     y = te.placeholder((M, N), name="y", dtype=dtype)
     k = te.reduce_axis((0, N), name="k")
-    dot = te.compute((M,), lambda i: te.sum(_up(dy[i, k], dtype) * _up(y[i, k], dtype), axis=k),
+    dot = te.compute((M,), lambda i: te.sum(up(dy[i, k], dtype) * up(y[i, k], dtype), axis=k),
                      name="dot")
-    return dy, y, te.compute((M, N), lambda i, j: _down(
-        _up(y[i, j], dtype) * (_up(dy[i, j], dtype) - dot[i]), dtype), name="dx")
+    return dy, y, te.compute((M, N), lambda i, j: down(
+        up(y[i, j], dtype) * (up(dy[i, j], dtype) - dot[i]), dtype), name="dx")
 
 
 def row_mean(f, M, N, dtype, name):
@@ -178,17 +180,17 @@ def layer_norm(M=64, N=64, eps=1e-5, dtype="float32"):
     x = te.placeholder((M, N), name="x", dtype=dtype)
     gamma = te.placeholder((N,), name="gamma", dtype=dtype)
     beta = te.placeholder((N,), name="beta", dtype=dtype)
-    mean, rstd = _row_stats(lambda i, j: _up(x[i, j], dtype), M, N, eps, accumulate_dtype(dtype))
-    y = te.compute((M, N), lambda i, j: _down(
-        (_up(x[i, j], dtype) - mean[i]) * rstd[i] * _up(gamma[j], dtype) + _up(beta[j], dtype),
+    mean, rstd = _row_stats(lambda i, j: up(x[i, j], dtype), M, N, eps, accumulate_dtype(dtype))
+    y = te.compute((M, N), lambda i, j: down(
+        (up(x[i, j], dtype) - mean[i]) * rstd[i] * up(gamma[j], dtype) + up(beta[j], dtype),
         dtype), name="y")
     return x, gamma, beta, y
 
 
 def _normalized(x, mean, rstd, dtype, stats_dtype):
     """xhat (i, j) of layer norm from the saved row statistics."""
-    return lambda i, j: (_up(x[i, j], dtype) - _up(mean[i], stats_dtype)) * \
-        _up(rstd[i], stats_dtype)
+    return lambda i, j: (up(x[i, j], dtype) - up(mean[i], stats_dtype)) * \
+        up(rstd[i], stats_dtype)
 
 
 def _ln_backward_inputs(M, N, dtype, stats_dtype):
@@ -214,11 +216,11 @@ def layer_norm_grad_input(M=64, N=64, dtype="float32", stats_dtype=None):
     xhat = _normalized(x, mean, rstd, dtype, sd)
 
     def g(i, j):
-        return _up(dy[i, j], dtype) * _up(gamma[j], dtype)
+        return up(dy[i, j], dtype) * up(gamma[j], dtype)
 
     g_mean = row_mean(g, M, N, acc, "g_mean")
     gx_mean = row_mean(lambda i, j: g(i, j) * xhat(i, j), M, N, acc, "gx_mean")
-    dx = te.compute((M, N), lambda i, j: _down(_up(rstd[i], sd) * (
+    dx = te.compute((M, N), lambda i, j: down(up(rstd[i], sd) * (
         g(i, j) - g_mean[i] - xhat(i, j) * gx_mean[i]), dtype), name="dx")
     return dy, x, mean, rstd, gamma, dx
 
@@ -229,9 +231,9 @@ def layer_norm_grad_gamma(M=64, N=64, dtype="float32", stats_dtype=None):
     dy, x, mean, rstd = _ln_backward_inputs(M, N, dtype, stats_dtype)
     xhat = _normalized(x, mean, rstd, dtype, mean.dtype)
     i = te.reduce_axis((0, M), name="i")
-    dgamma = te.compute((N,), lambda j: te.sum(_up(dy[i, j], dtype) * xhat(i, j), axis=i),
-                        name=_acc_name("dgamma", dtype))
-    return dy, x, mean, rstd, _cast_out(dgamma, dtype, "dgamma")
+    dgamma = te.compute((N,), lambda j: te.sum(up(dy[i, j], dtype) * xhat(i, j), axis=i),
+                        name=acc_name("dgamma", dtype))
+    return dy, x, mean, rstd, cast_out(dgamma, dtype, "dgamma")
 
 
 def layer_norm_grad_beta(M=64, N=64, dtype="float32"):
@@ -239,9 +241,9 @@ def layer_norm_grad_beta(M=64, N=64, dtype="float32"):
     te = _te()
     dy = te.placeholder((M, N), name="dy", dtype=dtype)
     i = te.reduce_axis((0, M), name="i")
-    dbeta = te.compute((N,), lambda j: te.sum(_up(dy[i, j], dtype), axis=i),
-                       name=_acc_name("dbeta", dtype))
-    return dy, _cast_out(dbeta, dtype, "dbeta")
+    dbeta = te.compute((N,), lambda j: te.sum(up(dy[i, j], dtype), axis=i),
+                       name=acc_name("dbeta", dtype))
+    return dy, cast_out(dbeta, dtype, "dbeta")
 
 
 def _gelu_erf(v, dtype):
@@ -261,7 +263,7 @@ def gelu(M=64, N=64, approximate="none", dtype="float32"):
     te = _te()
     x = te.placeholder((M, N), name="x", dtype=dtype)
     act, acc = _gelu_erf if approximate == "none" else _gelu_tanh, accumulate_dtype(dtype)
-    return x, te.compute((M, N), lambda i, j: _down(act(_up(x[i, j], dtype), acc), dtype),
+    return x, te.compute((M, N), lambda i, j: down(act(up(x[i, j], dtype), acc), dtype),
                          name="y")
 
 
@@ -284,8 +286,8 @@ def gelu_backward(M=64, N=64, approximate="none", dtype="float32"):
         return half * (one + t) + half * v * (one - t * t) * du
 
     grad = erf_grad if approximate == "none" else tanh_grad
-    return dy, x, te.compute((M, N), lambda i, j: _down(
-        _up(dy[i, j], io) * grad(_up(x[i, j], io)), io), name="dx")
+    return dy, x, te.compute((M, N), lambda i, j: down(
+        up(dy[i, j], io) * grad(up(x[i, j], io)), io), name="dx")
 
 
 def _zero_pad(x, pad: int, dtype):
@@ -311,7 +313,7 @@ def conv2d(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1, bias=True, epil
     padded = _zero_pad(x, pad, dtype)
     c, r, s = (te.reduce_axis((0, e), name=nm) for e, nm in ((C, "c"), (R, "r"), (S, "s")))
     out = te.compute((N, K, P, Q), lambda n, k, p, q: te.sum(
-        _up(padded[n, c, p * stride + r, q * stride + s], dtype) * _up(w[k, c, r, s], dtype),
+        up(padded[n, c, p * stride + r, q * stride + s], dtype) * up(w[k, c, r, s], dtype),
         axis=[c, r, s]), name="conv")
     return (x, w) + _conv_epilogue(out, bias, epilogue, dtype)
 
@@ -322,11 +324,11 @@ def _conv_epilogue(out, bias: bool, epilogue: str, dtype) -> tuple:
     te = _te()
     shape, acc = tuple(out.shape), accumulate_dtype(dtype)
     if not bias:
-        return (te.compute(shape, lambda *i: _down(_epilogue(out(*i), epilogue, acc), dtype),
+        return (te.compute(shape, lambda *i: down(activation(out(*i), epilogue, acc), dtype),
                            name="y"),)
     b = te.placeholder((shape[1],), name="b", dtype=dtype)
-    return b, te.compute(shape, lambda *i: _down(
-        _epilogue(out(*i) + _up(b[i[1]], dtype), epilogue, acc), dtype), name="y")
+    return b, te.compute(shape, lambda *i: down(
+        activation(out(*i) + up(b[i[1]], dtype), epilogue, acc), dtype), name="y")
 
 
 def conv1d(N=1, C=8, L=32, K=8, R=3, stride=1, pad=1, bias=True, epilogue="none",
@@ -338,13 +340,13 @@ def conv1d(N=1, C=8, L=32, K=8, R=3, stride=1, pad=1, bias=True, epilogue="none"
     w = te.placeholder((K, C, R), name="w", dtype=dtype)
     padded = _zero_pad(x, pad, dtype)
     c, r = te.reduce_axis((0, C), name="c"), te.reduce_axis((0, R), name="r")
-    out = te.compute((N, K, _conv_out(L, R, stride, pad)), lambda n, k, q: te.sum(
-        _up(padded[n, c, q * stride + r], dtype) * _up(w[k, c, r], dtype), axis=[c, r]),
+    out = te.compute((N, K, conv_out(L, R, stride, pad)), lambda n, k, q: te.sum(
+        up(padded[n, c, q * stride + r], dtype) * up(w[k, c, r], dtype), axis=[c, r]),
         name="conv")
     return (x, w) + _conv_epilogue(out, bias, epilogue, dtype)
 
 
-def _conv_out(H, R, stride, pad):
+def conv_out(H, R, stride, pad):
     return (H + 2 * pad - R) // stride + 1
 
 
@@ -353,7 +355,7 @@ def conv2d_grad_input(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1,
     """dx (N, C, H, W) of `conv2d` from dy (N, K, P, Q) and w (K, C, R, S): each input
     pixel sums the output pixels whose window covered it."""
     te = _te()
-    P, Q = _conv_out(H, R, stride, pad), _conv_out(W, S, stride, pad)
+    P, Q = conv_out(H, R, stride, pad), conv_out(W, S, stride, pad)
     dy = te.placeholder((N, K, P, Q), name="dy", dtype=dtype)
     w = te.placeholder((K, C, R, S), name="w", dtype=dtype)
     k, r, s = (te.reduce_axis((0, e), name=nm) for e, nm in ((K, "k"), (R, "r"), (S, "s")))
@@ -363,28 +365,28 @@ def conv2d_grad_input(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1,
         p, q = te.indexdiv(hp, stride), te.indexdiv(vq, stride)
         inside = te.all(hp >= 0, vq >= 0, te.indexmod(hp, stride) == 0,
                         te.indexmod(vq, stride) == 0, p < P, q < Q)
-        value = _up(dy[n, k, te.min(te.max(p, 0), P - 1), te.min(te.max(q, 0), Q - 1)],
-                    dtype) * _up(w[k, c, r, s], dtype)
+        value = up(dy[n, k, te.min(te.max(p, 0), P - 1), te.min(te.max(q, 0), Q - 1)],
+                    dtype) * up(w[k, c, r, s], dtype)
         return te.sum(te.if_then_else(inside, value, te.const(0, accumulate_dtype(dtype))),
                       axis=[k, r, s])
 
-    dx = te.compute((N, C, H, W), term, name=_acc_name("dx", dtype))
-    return dy, w, _cast_out(dx, dtype, "dx")
+    dx = te.compute((N, C, H, W), term, name=acc_name("dx", dtype))
+    return dy, w, cast_out(dx, dtype, "dx")
 
 
 def conv2d_grad_weight(N=1, C=8, H=16, W=16, K=8, R=3, S=3, stride=1, pad=1,
                        dtype="float32"):
     """dw (K, C, R, S) of `conv2d` from dy (N, K, P, Q) and x (N, C, H, W)."""
     te = _te()
-    P, Q = _conv_out(H, R, stride, pad), _conv_out(W, S, stride, pad)
+    P, Q = conv_out(H, R, stride, pad), conv_out(W, S, stride, pad)
     dy = te.placeholder((N, K, P, Q), name="dy", dtype=dtype)
     x = te.placeholder((N, C, H, W), name="x", dtype=dtype)
     padded = _zero_pad(x, pad, dtype)
     n, p, q = (te.reduce_axis((0, e), name=nm) for e, nm in ((N, "n"), (P, "p"), (Q, "q")))
     dw = te.compute((K, C, R, S), lambda k, c, r, s: te.sum(
-        _up(dy[n, k, p, q], dtype) * _up(padded[n, c, p * stride + r, q * stride + s], dtype),
-        axis=[n, p, q]), name=_acc_name("dw", dtype))
-    return dy, x, _cast_out(dw, dtype, "dw")
+        up(dy[n, k, p, q], dtype) * up(padded[n, c, p * stride + r, q * stride + s], dtype),
+        axis=[n, p, q]), name=acc_name("dw", dtype))
+    return dy, x, cast_out(dw, dtype, "dw")
 
 
 def conv2d_grad_bias(N=1, K=8, P=16, Q=16, dtype="float32"):
@@ -392,6 +394,6 @@ def conv2d_grad_bias(N=1, K=8, P=16, Q=16, dtype="float32"):
     te = _te()
     dy = te.placeholder((N, K, P, Q), name="dy", dtype=dtype)
     n, p, q = (te.reduce_axis((0, e), name=nm) for e, nm in ((N, "n"), (P, "p"), (Q, "q")))
-    db = te.compute((K,), lambda k: te.sum(_up(dy[n, k, p, q], dtype), axis=[n, p, q]),
-                    name=_acc_name("db", dtype))
-    return dy, _cast_out(db, dtype, "db")
+    db = te.compute((K,), lambda k: te.sum(up(dy[n, k, p, q], dtype), axis=[n, p, q]),
+                    name=acc_name("db", dtype))
+    return dy, cast_out(db, dtype, "db")

@@ -11,7 +11,9 @@ both are loaded as `torch.ops.autosched.*` in one process. The dtype is a parame
 float32, float16 and bfloat16 are generated (`dtypes.py`; the half types compute in
 float32 inside), and the twins run at the same dtype, so a half kernel is timed against
 torch's own half operator and checked against it at `dtypes.TWIN_TOLERANCE`. The
-matcher (`aten_match.py`) decides what applies.
+``aten_conv2d_nhwc*`` workloads (`te_conv_nhwc.py`) are the convolutions of channels_last
+models, their twins torch's convolution on the same channels_last tensors. The matcher
+(`aten_match.py`, `conv_layouts.py`) decides what applies.
 """
 from __future__ import annotations
 
@@ -20,6 +22,12 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from ..workload import WorkloadDef, definition
+from .te_conv_nhwc import (
+    conv2d_nhwc,
+    conv2d_nhwc_grad_bias,
+    conv2d_nhwc_grad_input,
+    conv2d_nhwc_grad_weight,
+)
 from .te_ops import (
     bmm,
     conv1d,
@@ -146,6 +154,33 @@ def _torch_conv1d(x, w, b=None, stride=1, pad=1, epilogue="none"):
     return _torch_epilogue(torch.nn.functional.conv1d(x, w, b, stride, pad), epilogue)
 
 
+# channels_last twins: the kernel's tensors are in memory order (NHWC, OHWI); the twin
+# calls torch on their NCHW views (channels_last strides, as the model's own call has them)
+# and returns the result in memory order again
+def _nchw(t):
+    return t.permute(0, 3, 1, 2)
+
+
+def _nhwc(t):
+    return t.permute(0, 2, 3, 1)
+
+
+def _torch_conv2d_nhwc(x, w, b=None, stride=1, pad=1, epilogue="none"):
+    return _nhwc(_torch_conv2d(_nchw(x), _nchw(w), b, stride, pad, epilogue))
+
+
+def _torch_conv2d_nhwc_grad_input(dy, w, N=1, C=8, H=16, W=16, stride=1, pad=1):
+    return _nhwc(_torch_conv2d_grad_input(_nchw(dy), _nchw(w), N, C, H, W, stride, pad))
+
+
+def _torch_conv2d_nhwc_grad_weight(dy, x, R=3, S=3, stride=1, pad=1):
+    return _nhwc(_torch_conv2d_grad_weight(_nchw(dy), _nchw(x), R, S, stride, pad))
+
+
+def _torch_conv2d_nhwc_grad_bias(dy):
+    return dy.sum(dim=(0, 1, 2))
+
+
 @dataclass(frozen=True)
 class ModelWorkload:
     """A workload of a model operator and its torch twin. `fixed` binds parameters that
@@ -199,6 +234,12 @@ def _table() -> dict:
         ModelWorkload("aten_conv2d_grad_weight", conv2d_grad_weight,
                       _torch_conv2d_grad_weight, ("R", "S", "stride", "pad")),
         ModelWorkload("aten_conv2d_grad_bias", conv2d_grad_bias, _torch_conv2d_grad_bias),
+        ModelWorkload("aten_conv2d_nhwc_grad_input", conv2d_nhwc_grad_input,
+                      _torch_conv2d_nhwc_grad_input, ("N", "C", "H", "W", "stride", "pad")),
+        ModelWorkload("aten_conv2d_nhwc_grad_weight", conv2d_nhwc_grad_weight,
+                      _torch_conv2d_nhwc_grad_weight, ("R", "S", "stride", "pad")),
+        ModelWorkload("aten_conv2d_nhwc_grad_bias", conv2d_nhwc_grad_bias,
+                      _torch_conv2d_nhwc_grad_bias),
     ]
     for approximate in ("none", "tanh"):
         fixed = {"approximate": approximate}
@@ -211,6 +252,7 @@ def _table() -> dict:
                                    _torch_linear, ("epilogue",), {"epilogue": epilogue}))
         for bias in (False, True):
             for base, te_func, twin in (("aten_conv2d", conv2d, _torch_conv2d),
+                                        ("aten_conv2d_nhwc", conv2d_nhwc, _torch_conv2d_nhwc),
                                         ("aten_conv1d", conv1d, _torch_conv1d)):
                 items.append(ModelWorkload(workload_name(base, bias, epilogue), te_func, twin,
                                            ("stride", "pad", "epilogue"),
