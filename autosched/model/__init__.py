@@ -16,8 +16,10 @@ Where things are:
     training_step.py   one forward + backward of a model (compute_loss, training_step)
     extract.py         model file -> ModelOps (operators with shapes, dtypes and counts)
     aten_match.py      one aten graph node -> the workload that computes it (OpMatch)
+    conv_layouts.py    channels_last convolutions -> the NHWC workloads, fed permuted views
     graphs.py          dynamo + AOTAutograd: the aten graphs of a model, and a pass over each
     workloads.py  te_ops.py   the TE workloads of those operators and their torch twins
+                       (te_conv_nhwc.py: the NHWC convolutions)
     dtypes.py          the dtypes generated (float32, float16, bfloat16) and how each computes
     baseline.py        torch's latency per task as a versioned database record
     choice.py          per task: torch ms, kernel ms, which one runs (model_ops.json)
