@@ -2,30 +2,40 @@
 
     flock /tmp/autosched-bench.lock python bench/model_e2e.py [--trials 24] [--rounds 15]
           [--models gpt,resnet] [--modes inference,train] [--tvm-trials 0]
+          [--device cpu|cuda] [--dtype fp32|bf16|fp16] [--size bench|tiny|gpu]
+          [--peers eager,inductor,max-autotune,autosched] [--no-buckets]
           [-o bench/results/model_e2e.json]
 
-For each model (bench-sized configs below), in this order, in one process:
+For each model (configs below: `bench` for the CPU, `gpu` GPU-sized, `tiny` for a
+rehearsal), in this order, in one process:
 
 1. `autosched tune-model` for inference and for a training step (`--trials` each, one
-   budget over all tasks, torch timed once per task as its baseline), then
-   `autosched export-model` both ways: only kernels that beat torch's baseline, as
-   called through their torch op, go into the library, and of those only the groups
-   the whole compiled step keeps (export's step check, stored under `step_check`);
+   budget over all tasks, torch timed once per task as its baseline; `--target cuda`
+   with the local runner on `--device cuda`), then `autosched export-model` both ways:
+   only kernels that beat torch's baseline, as called through their torch op, go into
+   the library, and of those only the groups the whole compiled step keeps (export's
+   step check, stored under `step_check`). The model file casts the model and its
+   floating inputs to `--dtype` (`model.to(dtype)`);
 2. inference latency (eval, no_grad) and training step time (forward, loss, backward) of
-   torch eager, torch.compile(inductor) and torch.compile(autosched backend), rounds
-   interleaving the three (the machine is shared), median per call; outputs and gradients
-   are compared with eager;
-3. with `--tvm-trials N > 0`, inference through TVM's own flow: torch.export ->
+   the peers (model_e2e_peers.py): torch eager, inductor, inductor max-autotune and
+   torch.compile(autosched backend), on CUDA each also with CUDA graphs (torch's
+   "reduce-overhead" / "max-autotune" modes; `autosched.model.backend(DIR,
+   cudagraphs=True)`), rounds interleaving the peers, the device synchronised around
+   each timed interval, median per call; outputs and gradients compared with eager;
+3. the GPT at three sequence lengths (inference): autosched.model.bucketed's capture per
+   bucket (of the eager model, and of its inductor compile) against torch.compile
+   recompiling per shape and against eager;
+4. with `--tvm-trials N > 0` (CPU), inference through TVM's own flow: torch.export ->
    from_exported_program -> relax static_shape_tuning (MetaSchedule, N trials) ->
    the Relax VM, where the model imports (else the reason is recorded).
 
 The per-operator decisions (op, shape, count, torch ms, autosched ms, chosen) of every
-export are printed and stored.
+export are printed and stored. The output JSON is rewritten after every peer's first
+call and every mode, so a run stopped at a time limit keeps what it measured.
 """
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import statistics
 import sys
@@ -36,22 +46,51 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
 
+import model_e2e_peers as peers
 import model_library
 import provenance
 import torch
+from support.mixed_model_files import MIXED
 
-CONFIGS = {
-    "gpt": ({"n_layer": 2, "d_model": 128, "n_head": 4, "seq_len": 64, "vocab": 256},
-            {"batch": 4, "seq_len": 64, "vocab": 256}),
-    "resnet": ({"width": 16, "stages": 2, "blocks": 1, "classes": 10},
-               {"batch": 8, "image": 32}),
+SIZES = {
+    "bench": {
+        "gpt": ({"n_layer": 2, "d_model": 128, "n_head": 4, "seq_len": 64, "vocab": 256},
+                {"batch": 4, "seq_len": 64, "vocab": 256}),
+        "resnet": ({"width": 16, "stages": 2, "blocks": 1, "classes": 10},
+                   {"batch": 8, "image": 32})},
+    "gpu": {
+        "gpt": ({"n_layer": 4, "d_model": 1024, "n_head": 16, "seq_len": 512, "vocab": 8192},
+                {"batch": 8, "seq_len": 512, "vocab": 8192}),
+        "resnet": ({"width": 64, "stages": 3, "blocks": 1, "classes": 100},
+                   {"batch": 32, "image": 64})},
+    "tiny": {
+        "gpt": ({"n_layer": 1, "d_model": 32, "n_head": 2, "seq_len": 16, "vocab": 64},
+                {"batch": 2, "seq_len": 16, "vocab": 64}),
+        "resnet": ({"width": 4, "stages": 2, "blocks": 1, "classes": 5},
+                   {"batch": 2, "image": 8})},
 }
+CONFIGS = SIZES["bench"]
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def tune_and_export(path: Path, work: Path, trials: int, db: str, modes) -> dict:
-    return {train: model_library.tune_and_export(path, work, trials, db, train)
-            for train in modes}
+def write_model(work: Path, name: str, size: str, dtype: str) -> Path:
+    """The bench's model file: examples/<name>.py at the size, cast to dtype."""
+    path = model_library.write_model(work, name, *SIZES[size][name])
+    if dtype != "fp32":
+        path.write_text(path.read_text() + MIXED.format(dtype=DTYPES[dtype], autocast=False))
+    return path
+
+
+def tune_and_export(path: Path, work: Path, trials: int, db: str, train: bool,
+                    target: str | None) -> tuple[Path | None, str | None]:
+    """(the library, None), or (None, why not): a failing tune-model or export-model
+    leaves autosched's peers out, torch's are still measured."""
+    try:
+        return model_library.tune_and_export(path, work, trials, db, train, target), None
+    except SystemExit as e:
+        return None, str(e)[-2000:]
 
 
 def step_check(library: Path) -> dict | None:
@@ -59,62 +98,24 @@ def step_check(library: Path) -> dict | None:
     return json.loads((library / "model_ops.json").read_text()).get("step_check")
 
 
-def _step(model, inputs, loss_fn, train: bool):
-    from autosched.model import compute_loss
-
-    if train:
-        model.zero_grad(set_to_none=True)
-        loss = compute_loss(model, inputs, loss_fn)
-        loss.backward()
-        return loss.detach()
-    with torch.no_grad():
-        return model(*inputs)
-
-
-def variants(spec, library: Path, train: bool) -> dict:
-    import autosched.model
-
-    base = spec.model.train(train)
-    out = {"eager": (base, None)}
-    out["inductor"] = (torch.compile(copy.deepcopy(base), backend="inductor", dynamic=False),
-                       None)
-    backend = autosched.model.backend(library)
-    out["autosched"] = (torch.compile(copy.deepcopy(base), backend=backend, dynamic=False),
-                        backend)
-    return out
+def op_table(name: str, mode: str, ops: list[dict]) -> str:
+    """The per-operator decisions: op, shape, count, torch ms, autosched ms, chosen."""
+    def ms(s):
+        return "-" if s is None else f"{s * 1e3:.4f}"
+    lines = [f"{name} {mode}: op | shape | count | torch ms | autosched ms | chosen"]
+    for o in ops:
+        shape = ",".join(f"{k}={v}" for k, v in o["params"].items())
+        torch_s = o["torch_call_s"] if o["torch_call_s"] is not None else o["torch_s"]
+        ours = o["call_s"] if o["call_s"] is not None else o["kernel_s"]
+        lines.append(f"  {o['workload']} | {shape} | {o['count']} | {ms(torch_s)} | "
+                     f"{ms(ours)} | {o['chosen']}")
+    return "\n".join(lines)
 
 
-def _grads(model):
-    inner = getattr(model, "_orig_mod", model)
-    return [p.grad for p in inner.parameters()]
-
-
-def measure(spec, library: Path, train: bool, rounds: int, calls: int) -> dict:
-    torch.compiler.reset()
-    runs = variants(spec, library, train)
-    reference = _step(runs["eager"][0], spec.inputs, spec.loss_fn, train)
-    ref_grads = _grads(runs["eager"][0]) if train else None
-    result = {}
-    for name, (model, _) in runs.items():
-        out = _step(model, spec.inputs, spec.loss_fn, train)  # compiles
-        err = float((out - reference).abs().max())
-        if train:
-            err = max([err] + [float((g - r).abs().max())
-                               for g, r in zip(_grads(model), ref_grads)])
-        result[name] = {"max_abs_diff_vs_eager": err, "times_s": []}
-    for _ in range(rounds):
-        for name, (model, _) in runs.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                _step(model, spec.inputs, spec.loss_fn, train)
-            result[name]["times_s"].append((time.perf_counter() - start) / calls)
-    for r in result.values():
-        r["median_s"] = statistics.median(r["times_s"])
-    backend = runs["autosched"][1]
-    result["autosched"]["ops_on_kernels"] = sum(d.chosen == "autosched"
-                                                for d in backend.decisions)
-    result["autosched"]["ops_matched"] = sum(bool(d.workload) for d in backend.decisions)
-    return result
+def to_device(spec, device: str):
+    """The model file's model and inputs on the device."""
+    return spec.model.to(device), tuple(
+        x.to(device) if isinstance(x, torch.Tensor) else x for x in spec.inputs)
 
 
 def tvm_inference(spec, trials: int, work: Path, rounds: int, calls: int) -> dict:
@@ -151,7 +152,7 @@ def tvm_inference(spec, trials: int, work: Path, rounds: int, calls: int) -> dic
         return {"skipped": f"{type(e).__name__}: {first[:300]}"}
 
 
-def main() -> int:
+def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="gpt,resnet")
     p.add_argument("--trials", type=int, default=24, help="tune-model budget per model and mode")
@@ -160,42 +161,102 @@ def main() -> int:
     p.add_argument("--tvm-trials", type=int, default=0)
     p.add_argument("--modes", default="inference,train",
                    help="inference and/or train (the training step), comma-separated")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
+                   help="the model and its floating inputs cast to it (model.to(dtype))")
+    p.add_argument("--size", choices=sorted(SIZES), default="bench")
+    p.add_argument("--peers", default=",".join(peers.BASE_PEERS),
+                   help="of eager, inductor, max-autotune, autosched (on CUDA each with "
+                        "its CUDA-graph twin)")
+    p.add_argument("--no-buckets", action="store_true",
+                   help="leave out the GPT's bucketed-capture comparison")
+    p.add_argument("--db", help="the tuning database of every model (default: one a model "
+                                "in the work folder)")
+    p.add_argument("--work-dir", help="model files, logs and libraries (default: a "
+                                      "temporary folder)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("-o", "--output", default=str(ROOT / "bench/results/model_e2e.json"))
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    bad = [m for m in args.models.split(",") if m not in SIZES[args.size]]
+    if bad:
+        p.error(f"unknown model(s) {bad}; known: {sorted(SIZES[args.size])}")
+    if set(args.modes.split(",")) - {"inference", "train"}:
+        p.error(f"--modes {args.modes}: inference and/or train")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: torch sees no CUDA GPU here")
+    if args.tvm_trials and args.device != "cpu":
+        p.error("--tvm-trials: TVM's own flow is measured on the CPU only")
+    args.peer_list = peers.peer_names(args.peers.split(","), args.device)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
     modes = [{"inference": False, "train": True}[m] for m in args.modes.split(",")]
-    stamp = provenance.stamp(seed=args.seed)
-    print(provenance.header(stamp))
+    target = "cuda" if args.device == "cuda" else None
+    stamp = provenance.stamp(seed=args.seed, argv=argv, device=args.device,
+                             dtype=args.dtype, size=args.size, peers=args.peer_list)
+    print(provenance.header(stamp), flush=True)
     from autosched.model import load_model_file, read_choices
 
     rows = {}
+
+    def write():
+        provenance.write_json(args.output, {"models": rows}, stamp)
     with tempfile.TemporaryDirectory(prefix="model_e2e-") as tmp:
-        work = Path(tmp)
+        work = Path(args.work_dir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for name in args.models.split(","):
-            path = model_library.write_model(work, name, *CONFIGS[name])
-            db = f"sqlite:///{work}/{name}.db"
-            libs = tune_and_export(path, work / name, args.trials, db, modes)
-            spec = load_model_file(str(path))
-            row = {"config": CONFIGS[name], "trials_per_mode": args.trials}
+            path = write_model(work, name, args.size, args.dtype)
+            db = args.db or f"sqlite:///{work}/{name}.db"
+            row = rows[name] = {"config": SIZES[args.size][name], "dtype": args.dtype,
+                                "device": args.device, "trials_per_mode": args.trials}
+            write()                                   # a run stopped while tuning says so
             for train in modes:
                 mode = "train_step" if train else "inference"
-                row[mode] = measure(spec, libs[train], train, args.rounds, args.calls)
-                row[mode]["ops"] = [c.to_json() for c in read_choices(libs[train])]
-                row[mode]["step_check"] = step_check(libs[train])
+                start = time.perf_counter()
+                lib, why = tune_and_export(path, work / name, args.trials, db, train, target)
+                r = row[mode] = {"tune_export_s": time.perf_counter() - start}
+                if lib is None:
+                    r["library_error"] = why
+                else:
+                    r["ops"] = [c.to_json() for c in read_choices(lib)]
+                    r["step_check"] = step_check(lib)
+                    print(op_table(name, mode, r["ops"]), flush=True)
+                write()
+                spec = load_model_file(str(path))
+                model, inputs = to_device(spec, args.device)
+                r["peers"] = peers.measure(model, inputs, spec.loss_fn, lib, train,
+                                           args.peer_list, args.rounds, args.calls,
+                                           args.device, on_row=lambda _: write())
+                write()
+                summary(name, mode, r["peers"])
+            if name == "gpt" and not args.no_buckets:
+                cfg = SIZES[args.size]["gpt"]
+                model, _ = to_device(load_model_file(str(path)), args.device)
+                row["buckets"] = peers.buckets(model, cfg[0]["vocab"], cfg[1]["batch"],
+                                               cfg[0]["seq_len"], args.device, args.rounds,
+                                               args.calls)
+                write()
             if args.tvm_trials and False in modes:
                 row["inference"]["tvm_relax_metaschedule"] = tvm_inference(
                     load_model_file(str(path)), args.tvm_trials, work / name, args.rounds,
                     args.calls)
-            rows[name] = row
-            for mode in (m for m in ("inference", "train_step") if m in row):
-                r = row[mode]
-                eager = r["eager"]["median_s"]
-                print(f"{name} {mode}: " + ", ".join(
-                    f"{k} {v['median_s'] * 1e3:.3f} ms ({eager / v['median_s']:.2f}x eager)"
-                    for k, v in r.items() if isinstance(v, dict) and "median_s" in v))
-    provenance.write_json(args.output, {"models": rows}, stamp)
+                write()
     print(f"wrote {args.output}")
     return 0
+
+
+def summary(name: str, mode: str, result: dict) -> None:
+    eager = result.get("eager", {}).get("median_s")
+    parts = []
+    for k, v in result.items():
+        if "median_s" in v:
+            ratio = f" ({eager / v['median_s']:.2f}x eager)" if eager else ""
+            parts.append(f"{k} {v['median_s'] * 1e3:.3f} ms{ratio}")
+        else:
+            parts.append(f"{k} {v.get('not_available') or v.get('error')}")
+    print(f"{name} {mode}: " + "; ".join(parts), flush=True)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ def write_model(directory: Path, name: str, model_config: dict, input_config: di
 
 def cli(*args, env: dict | None = None) -> str:
     """`autosched ARGS` in a subprocess; its stdout, or exit with its error."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    env = dict(os.environ, **(env or {}))
+    # the repository first, then what the caller's path holds (a staged TVM, say)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     done = subprocess.run([sys.executable, "-m", "autosched.cli", *args], env=env, check=False,
                           capture_output=True, text=True)
     if done.returncode:

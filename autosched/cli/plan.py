@@ -1,4 +1,4 @@
-"""`autosched plan MODEL_FILE --memory-budget 40%[,25%] [--compile] [-o choice.json]`.
+"""`autosched plan MODEL_FILE --memory-budget 40%[,25%] [--compile] [--device cuda] [-o FILE]`.
 
 The model file defines make_model() and make_inputs() (and optionally loss_fn(output));
 see autosched/model/modelfile.py. By default the command makes the measured choice
@@ -7,8 +7,12 @@ plans and torch.compile's partitioner points, are built and timed side by side, 
 budget the fastest that fits as measured is chosen; it prints the choice as a table and
 writes it as JSON with -o (with the plan documents of the chosen plans, for apply() or
 compile_planned()). --solver-only prints the solver's plan alone (profile and
-solve, no candidates measured: fast) and writes the plan file with -o. torch is imported
-only when the command runs.
+solve, no candidates measured: fast) and writes the plan file with -o. With --device cuda
+the model and its inputs are moved to the GPU first: offloading to pinned host memory is
+offered (copies on side streams, the prefetch started a layer ahead), steps are timed in
+wall time (the CPU clocks do not see the GPU's work), and the measured memory of each
+chosen point is torch.cuda.max_memory_allocated over one step. torch is imported only
+when the command runs.
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ import os
 
 from ..errors import UserError
 from .options import write_atomic
+
+DEVICES = ("cpu", "cuda")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -68,7 +74,28 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--micro-batches", type=int, metavar="M",
                    help="with --stages: micro-batches make_inputs()'s batch is split into")
     p.add_argument("--no-bpipe", action="store_true", help="with --stages: no BPipe transfers")
+    p.add_argument("--device", choices=DEVICES, default="cpu",
+                   help="where the model trains: cuda moves the model and its inputs to the "
+                        "GPU (needs --clock wall; offload to pinned host memory offered)")
     return p
+
+
+def check_device(args) -> None:
+    """Flags that need another flag, and what --device cuda needs, before any import of
+    torch (the GPU itself is checked in run, where torch is imported)."""
+    if args.stages is None:
+        given = [f for f, v in (("--micro-batches", args.micro_batches is not None),
+                                ("--no-bpipe", args.no_bpipe)) if v]
+        if given:
+            raise UserError(f"{' and '.join(given)} only apply to a pipeline plan: add "
+                            "--stages S")
+    if args.device == "cuda":
+        if args.stages is not None:
+            raise UserError("--device cuda: pipeline plans (--stages) are profiled on the "
+                            "CPU for now; leave --device out")
+        if args.clock != "wall":
+            raise UserError(f"--device cuda --clock {args.clock}: a CPU clock does not see "
+                            "the GPU's work; use --clock wall")
 
 
 def _check(args) -> None:
@@ -115,6 +142,7 @@ def _budgets(args) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Profile, then choose by measurement (or plan alone), print; returns the exit code
     (UserError propagates to the CLI)."""
+    check_device(args)
     if args.stages is not None:
         from .pipeline_plan import run as run_pipeline
         return run_pipeline(args)
@@ -128,25 +156,56 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
         # the library's kernels get as many threads as torch (their pool starts on first use)
         os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
+    device = _device(torch, args.device)
     spec = load_model_file(args.model_file)
+    model = spec.model.to(device)
+    inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in spec.inputs)
     kernels = _memeff_kernels(args.memeff_library) if args.memeff_library else None
     offload = {"auto": None, "yes": True, "no": False}[args.allow_offload]
     options = PlanOptions(layers=args.layers, allow_offload=offload,
                           time_limit_s=args.time_limit, mip_gap=args.gap,
                           repeats=args.repeats, clock=args.clock, kernels=kernels)
     if args.solver_only:
-        result = plan(spec.model, spec.inputs, args.memory_budget, spec.loss_fn,
+        result = plan(model, inputs, args.memory_budget, spec.loss_fn,
                       options.replace(compile=args.compile,
                                       backend=_backend(args.model_library)))
     else:
-        result = choose(spec.model, spec.inputs, _budgets(args), spec.loss_fn, ChoiceOptions(
+        result = choose(model, inputs, _budgets(args), spec.loss_fn, ChoiceOptions(
             plan=options, compile=args.compile, rounds=args.rounds,
             kernels_backend=_backend(args.model_library) if args.model_library else None))
     print(result.table())
+    if device.type == "cuda" and not args.solver_only:
+        print(peak_memory_lines(result))
     if args.output:
         write_atomic(args.output, result.to_json())
         print(f"wrote {args.output}")
     return 0
+
+
+def _device(torch, name: str):
+    """torch.device(name); --device cuda where torch sees no GPU is bad input."""
+    if name == "cuda" and not torch.cuda.is_available():
+        built = (f"built with CUDA {torch.version.cuda}" if torch.version.cuda
+                 else "a CPU-only build")
+        raise UserError(f"--device cuda: torch {torch.__version__} ({built}) sees no CUDA "
+                        "GPU here; use --device cpu")
+    return torch.device(name)
+
+
+def peak_memory_lines(choice) -> str:
+    """Per budget, the chosen point's measured peak: torch.cuda.max_memory_allocated over
+    one step (parameters, gradients and what the step allocates), as choose() measured it."""
+    from ..runtime.units import format_bytes
+
+    peaks = {r["point"]: r.get("peak_allocated") for r in choice.points}
+    lines = ["measured memory (torch.cuda.max_memory_allocated over one step):"]
+    for spec in choice.budgets:
+        answer = choice.answer(spec)
+        peak = peaks.get(answer["chosen"]) if answer else None
+        lines.append(f"  {spec}: " + ("nothing measured fits" if answer is None else
+                                      f"{answer['chosen']} peaks at "
+                                      + ("-" if peak is None else format_bytes(peak))))
+    return "\n".join(lines)
 
 
 def _backend(model_library: str | None):
