@@ -2,6 +2,7 @@
 
     python bench/pipeline_plans.py [--models gpt,mlp] [--stages 2,4] [--micro-batches 8]
                                    [--repeats 3] [--out bench/results/pipeline_plans.json]
+                                   [--device cpu|cuda]
 
 For each model (the GPT-style example at a bench-sized config; a residual MLP) and stage
 count, one profile (one micro-batch, one thread, the thread's CPU clock) is planned:
@@ -31,6 +32,18 @@ count, one profile (one micro-batch, one thread, the thread's CPU clock) is plan
   on two shared cores carries the processes' competition;
 - the single-device plan (autosched.runtime.plan) at B on one micro-batch, M of them
   accumulated, where it fits: predicted and measured on one thread.
+
+The plans here are 1F1B ones (interleave=()): the comparison is BPipe's against its
+peers at one schedule.
+
+--device cuda (the device script, default --stages 2 and out pipeline_plans_cuda.json):
+the same plans, profiled on the CPU, run with every stage process on the GPU
+(run_pipeline(device="cuda"): with one GPU both stages share it, their sends staged
+through host memory over gloo, since NCCL refuses two ranks on one GPU); only ours and
+torch_1f1b_keep, each stage's allocator peak (device_peak_bytes, beside the saved-
+activation meter) and the gradients against one process on the CPU. With the stages
+sharing one GPU this shows correctness and memory only: its times carry the sharing and
+the host copies and say nothing of a multi-GPU pipeline's speed.
 """
 from __future__ import annotations
 
@@ -136,7 +149,7 @@ def median(xs):
 
 
 def measure(path: Path, doc: dict, work: Path, budget: int, send_s: float,
-            compile_budgets=None) -> dict:
+            compile_budgets=None, device: str = "cpu") -> dict:
     """One run of `doc` (its stages compiled at `compile_budgets`, if given): gradients,
     per-stage bytes and times, the simulated clock."""
     from autosched.runtime.pipeline import (StageCost, Transfer, compare_with_single_process,
@@ -144,7 +157,7 @@ def measure(path: Path, doc: dict, work: Path, budget: int, send_s: float,
 
     t0 = time.perf_counter()
     result = run_pipeline(str(path), doc, work, warmup=1, threads=1,
-                          compile_budgets=compile_budgets)
+                          compile_budgets=compile_budgets, device=device)
     wall = time.perf_counter() - t0
     check = compare_with_single_process(str(path), doc, result)
     planned = doc.get("predicted", {}).get("stages") or []
@@ -158,7 +171,9 @@ def measure(path: Path, doc: dict, work: Path, budget: int, send_s: float,
                "peak_saved_bytes": s["peak_saved_bytes"],
                "within_budget": s["peak_saved_bytes"] <= budget,
                "park_waited_s": s["park_waited_s"],
-               "backward_waited_s": sum(s["backward_waited_s"]), "transfers": s["transfers"]}
+               "backward_waited_s": sum(s["backward_waited_s"]), "transfers": s["transfers"],
+               **{k: s.get(k) for k in ("device", "backend", "staged_through_host",
+                                        "device_peak_bytes", "device_base_bytes")}}
         if planned:
             p = planned[i]
             row["predicted"] = {k: p[k] for k in ("forward_s", "backward_s", "peak_saved_bytes",
@@ -241,7 +256,8 @@ def single_device(spec, first, profile, options, budget: int, micro: int) -> dic
             "measured_cpu_step_s": times[-1]}
 
 
-def bench_model(name: str, stages_list, micro: int, repeats: int, work: Path) -> dict:
+def bench_model(name: str, stages_list, micro: int, repeats: int, work: Path,
+                device: str = "cpu") -> dict:
     import torch
 
     from autosched.model import load_model_file
@@ -259,7 +275,8 @@ def bench_model(name: str, stages_list, micro: int, repeats: int, work: Path) ->
     for stages in stages_list:
         def plan_at(budget, bpipe):
             return plan_pipeline(spec.model, spec.inputs, stages, micro, budget,
-                                 spec.loss_fn, options, profile=profile, bpipe=bpipe)
+                                 spec.loss_fn, options, profile=profile, bpipe=bpipe,
+                                 interleave=())
 
         budget, why = choose_budget(plan_at, stages)
         print(f"{name} S={stages}: budget {budget / 2**20:.2f} MiB: {why}", flush=True)
@@ -267,12 +284,16 @@ def bench_model(name: str, stages_list, micro: int, repeats: int, work: Path) ->
         doc = _doc(ours)
         send = max([s["send_s"] for s in doc["predicted"]["stages"]] + [0.0])
         row = {"budget_bytes": budget, "budget_why": why, "plans": {}}
-        for label, d in (("ours", doc), ("ours_no_bpipe", _doc(no_bp)),
-                         ("torch_1f1b_keep", peer(doc, "keep")),
-                         ("torch_1f1b_recompute", peer(doc, "recompute"))):
+        runs = (("ours", doc), ("ours_no_bpipe", _doc(no_bp)),
+                ("torch_1f1b_keep", peer(doc, "keep")),
+                ("torch_1f1b_recompute", peer(doc, "recompute")))
+        for label, d in (runs[::2] if device == "cuda" else runs):
             row["plans"][label] = measure(path, d, work / f"{name}{stages}_{label}", budget,
-                                          send)
+                                          send, device=device)
             _print(name, stages, label, row["plans"][label], budget)
+        if device == "cuda":
+            out["runs"][str(stages)] = row
+            continue
         label = "torch_1f1b_compile_budget"
         row["plans"][label] = compiled_peer(path, peer(doc, "keep"), work / f"{name}{stages}_"
                                             f"{label}", budget, send)
@@ -305,6 +326,10 @@ def _print(name, stages, label, r, budget):
           f"transfers {r['simulated_with_measured_transfers_step_s'] * 1e3:.1f}), measured "
           f"wall {r['measured_step_s'] * 1e3:.1f}", flush=True)
     for i, st in enumerate(r["stages"]):
+        if st.get("device_peak_bytes"):
+            print(f"    stage {i} on {st['device']} ({st['backend']}): allocator peak "
+                  f"{st['device_peak_bytes']} B, of which {st['device_base_bytes']} B "
+                  "before the step", flush=True)
         p = st.get("predicted")
         if p:
             print(f"    stage {i}: fwd/bwd ms predicted {p['forward_s'] * 1e3:.2f}/"
@@ -324,22 +349,33 @@ def _print(name, stages, label, r, budget):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="gpt,mlp")
-    parser.add_argument("--stages", default="2,4")
+    parser.add_argument("--stages", default=None, help="default 2,4 (cuda: 2)")
     parser.add_argument("--micro-batches", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--out", default=None, help=f"default {OUT} (cuda: "
+                        f"{OUT.with_name('pipeline_plans_cuda.json')})")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args()
-    stamp = provenance.stamp(seed=0, threads_per_stage=1, warmup_steps=1)
+    cuda = args.device == "cuda"
+    args.stages = args.stages or ("2" if cuda else "2,4")
+    args.out = args.out or str(OUT.with_name("pipeline_plans_cuda.json") if cuda else OUT)
+    stamp = provenance.stamp(seed=0, threads_per_stage=1, warmup_steps=1, device=args.device)
     print(provenance.header(stamp), flush=True)
     import torch
 
     torch.set_num_threads(1)
+    if cuda and not torch.cuda.is_available():
+        print("--device cuda: torch sees no GPU here", file=sys.stderr)
+        return 2
     stages = [int(s) for s in args.stages.split(",")]
-    result = {"micro_batches": args.micro_batches, "models": {}}
+    result = {"micro_batches": args.micro_batches, "device": args.device, "models": {}}
+    if cuda:
+        result["scope"] = ("stages share the GPUs torch sees (one GPU: both stages on it): "
+                           "correctness and memory only, not pipeline speed")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             result["models"][name] = bench_model(name, stages, args.micro_batches,
-                                                 args.repeats, Path(tmp))
+                                                 args.repeats, Path(tmp), args.device)
     provenance.write_json(args.out, result, stamp)
     print(f"wrote {args.out}")
     return 0

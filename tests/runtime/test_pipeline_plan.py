@@ -250,7 +250,9 @@ def test_document_round_trips_and_refuses_other_versions():
             "boundaries", "actions", "transfers", "budget_bytes", "predicted"} <= set(data)
     assert data["format"] == "autosched-pipeline-plan" and data["schedule"] == "1F1B"
     assert "transfer    stage 0 -> 3: micro-batches 0,2,4,6" in plan.table()
-    with pytest.raises(UserError, match="version 2 is not supported"):
+    with pytest.raises(UserError, match="version 3 is not supported"):
+        PipelinePlan.from_json(json.dumps(dict(data, version=3)))
+    with pytest.raises(UserError, match="schedule '1F1B' with 1 virtual stages at version 2"):
         PipelinePlan.from_json(json.dumps(dict(data, version=2)))
     with pytest.raises(UserError, match="do not split 4 layers into 4 non-empty stages"):
         PipelinePlan.from_json(json.dumps(dict(data, boundaries=[0, 1, 1, 3, 4])))
@@ -263,7 +265,7 @@ def test_document_round_trips_and_refuses_other_versions():
     ('{"format": "autosched.plan", "version": 1}',
      "not an autosched pipeline plan (missing format 'autosched-pipeline-plan')"),
     ('{"format": "autosched-pipeline-plan", "version": 7}',
-     "pipeline plan version 7 is not supported (this autosched reads version 1)")])
+     "pipeline plan version 7 is not supported (this autosched reads versions 1 and 2)")])
 def test_the_document_and_the_runner_refuse_other_documents_with_the_same_line(text, message):
     """One check of format and version (runtime/document.py's, which plans use too) for
     the document and for the runner's reading of it."""

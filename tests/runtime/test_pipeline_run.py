@@ -239,3 +239,23 @@ def test_stages_compiled_at_their_fractions_give_one_process_gradients(model_fil
                                                                           [1408] * 4]
     assert result.peak_saved_bytes == [768, 1408]
     assert compare_with_single_process(model_file, plan(), result).within
+
+
+def test_an_interleaved_plan_runs_torchs_schedule_with_each_rank_holding_its_chunks(
+        model_file, tmp_path):
+    """Four chunks of one layer on two ranks (rank 0: layers 0 and 2, rank 1: 1 and 3)
+    under ScheduleInterleaved1F1B: each layer's micro-batches still run in order, so the
+    gradients are one process's bit for bit. Rank 0 holds 5 chunk micro-batches at once
+    (interleaved.held_chunk_counts): 3 of layer 0 (512 B each beside the shared 512 B
+    input) and 2 of layer 2 (640 B each): 3328 B; rank 1 holds 3: 2 of layer 1 and one of
+    layer 3 with the loss (768 B): 2048 B."""
+    doc = plan(version=2, schedule="interleaved-1F1B", virtual_stages=2,
+               boundaries=[0, 1, 2, 3, 4])
+    result = run_pipeline(model_file, doc, tmp_path)
+    check = compare_with_single_process(model_file, doc, result)
+    assert (check.max_abs, check.loss_diff, check.within) == (0.0, 0.0, True)
+    assert [s["layers"] for s in result.stages] == [["0", "2"], ["1", "3"]]
+    assert [[c["saved_bytes_per_micro_batch"] for c in s["chunks"]]
+            for s in result.stages] == [[[1024] * 4, [640] * 4], [[640] * 4, [768] * 4]]
+    assert result.peak_saved_bytes == [3328, 2048]
+    assert [s["backend"] for s in result.stages] == ["gloo", "gloo"]

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...errors import UserError
+
 
 @dataclass(frozen=True)
 class FractionChoice:
@@ -96,6 +98,9 @@ def stage_compile_fractions(model_file: str, plan_doc: dict, budget_bytes: int, 
     from .worker import StageModel, check_boundaries
 
     plan = read_plan(plan_doc)
+    if plan.virtual > 1:
+        raise UserError("compile budgets are chosen for 1F1B plans; this plan is "
+                        "interleaved")
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

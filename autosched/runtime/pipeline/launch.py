@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import UserError
-from ..document import check_header
-from .document import PIPELINE_FORMAT, PIPELINE_VERSION, SCHEDULE
+from .document import INTERLEAVED, SCHEDULE, check_pipeline_header
 
-SCHEDULES = (SCHEDULE,)
+SCHEDULES = (SCHEDULE, INTERLEAVED)
 # torchrun's failure summary: one block per failed process, "rank : R" then "exitcode : C"
 _FAILED = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
 
@@ -56,6 +55,8 @@ class RunPlan:
     transfers: tuple         # BPipe transfers: {"from", "to", "micro_batches", ...}
     timing: tuple = ()       # per stage (forward_s, backward_s, bytes, send_s) as
                              # planned; () when the document predicts none
+    virtual: int = 1         # interleaved-1F1B: chunks per rank (boundaries: S * v
+                             # chunks, chunk c on rank c % S)
 
 
 def _need(doc: dict, key: str, kind, what: str):
@@ -71,7 +72,9 @@ def read_plan(doc) -> RunPlan:
     them through parking.py)."""
     from ..actions import ACTIONS
 
-    check_header(doc, PIPELINE_FORMAT, PIPELINE_VERSION, "pipeline plan")
+    from .interleaved import interleaving_problem
+
+    check_pipeline_header(doc)
     stages = _need(doc, "stages", int, "a positive integer")
     micro = _need(doc, "micro_batches", int, "a positive integer")
     if stages < 1 or micro < stages:
@@ -80,15 +83,24 @@ def read_plan(doc) -> RunPlan:
     schedule = doc.get("schedule")
     if schedule not in SCHEDULES:
         raise UserError(f"pipeline plan: schedule {schedule!r} is not one of {SCHEDULES}")
+    virtual = doc.get("virtual_stages", 1)
+    if (schedule == SCHEDULE) != (virtual == 1) or not isinstance(virtual, int):
+        raise UserError(f"pipeline plan: schedule {schedule} with {virtual!r} virtual "
+                        "stages per stage (1F1B: 1, interleaved: 2 or more)")
+    problem = interleaving_problem(stages, virtual, micro) if virtual > 1 else None
+    if problem or (virtual > 1 and doc.get("transfers")):
+        raise UserError(f"pipeline plan: {problem or 'an interleaved plan has no transfers'}")
+    chunks = stages * virtual
     layers = _need(doc, "layers", list, "a list of layer names")
     if not layers or not all(isinstance(n, str) for n in layers) or len(set(layers)) < len(layers):
         raise UserError("pipeline plan: 'layers' must be distinct layer names")
     bounds = _need(doc, "boundaries", list, "a list of layer indices")
-    if (len(bounds) != stages + 1 or bounds[0] != 0 or bounds[-1] != len(layers)
+    if (len(bounds) != chunks + 1 or bounds[0] != 0 or bounds[-1] != len(layers)
             or any(not isinstance(b, int) or isinstance(b, bool) for b in bounds)
             or any(b >= c for b, c in zip(bounds, bounds[1:]))):
         raise UserError(f"pipeline plan: boundaries {bounds} must rise from 0 to "
-                        f"{len(layers)} in {stages} steps (every stage runs a layer)")
+                        f"{len(layers)} in {chunks} steps (every "
+                        f"{'stage' if virtual == 1 else 'chunk'} runs a layer)")
     actions = _need(doc, "actions", dict, "a mapping from layer name to action")
     unknown = sorted(set(actions) - set(layers))
     missing = [n for n in layers if n not in actions]
@@ -110,7 +122,7 @@ def read_plan(doc) -> RunPlan:
         _check_transfer(t, stages, micro, parked)
     return RunPlan(stages, micro, schedule, tuple(layers), tuple(bounds),
                    tuple(actions[n] for n in layers), tuple(transfers),
-                   _timing(doc, stages))
+                   _timing(doc, stages) if virtual == 1 else (), virtual)
 
 
 def _timing(doc: dict, stages: int) -> tuple:
@@ -167,7 +179,7 @@ def atomic_write(path: Path, data: bytes) -> None:
 def launch(model_file: str, plan_doc: dict, workdir, *, seed: int = 0, threads: int = 1,
            limit_s: float = 300.0, comm_timeout_s: float = 60.0, warmup: int = 0,
            bound_parks: bool = True, extra_env: dict | None = None,
-           compile_budgets=None) -> list[dict]:
+           compile_budgets=None, device: str = "cpu") -> list[dict]:
     """Run `plan_doc` on `model_file` with one process per stage; each stage's measurements
     (its stage<r>.json), in stage order. Gradients stay in workdir (stage<r>.npz).
 
@@ -181,9 +193,14 @@ def launch(model_file: str, plan_doc: dict, workdir, *, seed: int = 0, threads: 
     activation_memory_budget fraction per stage, each stage's layers run under
     torch.compile at its own (compiled_stage.py); None runs them eager. Inductor then
     compiles on the stage's own thread (TORCHINDUCTOR_COMPILE_THREADS=1, unless
-    extra_env says otherwise): the stages share the machine's cores already.
+    extra_env says otherwise): the stages share the machine's cores already. device:
+    "cpu" or "cuda" (placement.py; "cuda" where torch sees no GPU is a UserError here,
+    before any process starts).
     """
+    from .placement import check_device
+
     plan = read_plan(plan_doc)
+    check_device(device)
     budgets = check_fractions(compile_budgets, plan.stages) if compile_budgets is not None \
         else None
     work = Path(workdir)
@@ -201,6 +218,7 @@ def launch(model_file: str, plan_doc: dict, workdir, *, seed: int = 0, threads: 
            "--model-file", str(Path(model_file).resolve()), "--workdir", str(work.resolve()),
            "--seed", str(seed), "--threads", str(threads),
            "--comm-timeout-s", str(comm_timeout_s), "--warmup", str(warmup),
+           "--device", device,
            *(["--bound-parks"] if bound_parks else []),
            *(["--compile-budgets", ",".join(repr(f) for f in budgets)] if budgets else [])]
     with open(work / "torchrun.log", "wb") as log:

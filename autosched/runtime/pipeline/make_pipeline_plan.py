@@ -25,9 +25,11 @@ from .planner import plan_from_costs
 
 def plan_pipeline(model, example_inputs, stages: int, micro_batches: int, budget,
                   loss_fn=None, options: PlanOptions | None = None, *, profile=None,
-                  link: Link | None = None, bpipe: bool = True, **knobs) -> PipelinePlan:
-    """The fastest predicted 1F1B plan of `model` in `stages` stages and `micro_batches`
-    micro-batches within `budget` saved-activation bytes per device.
+                  link: Link | None = None, bpipe: bool = True, interleave: tuple = (2,),
+                  **knobs) -> PipelinePlan:
+    """The fastest predicted 1F1B (or interleaved 1F1B) plan of `model` in `stages`
+    stages and `micro_batches` micro-batches within `budget` saved-activation bytes per
+    device.
 
     example_inputs: one step's batch, split along dimension 0 into `micro_batches` as
     torch.distributed.pipelining splits it (and the pipeline runner does); the costs are
@@ -36,6 +38,8 @@ def plan_pipeline(model, example_inputs, stages: int, micro_batches: int, budget
     single-device planner's PlanOptions (layers, actions, repeats, clock, ...). profile:
     a ModelProfile to reuse instead of measuring. link: the point-to-point link between
     stages (default: link.default_link()). bpipe=False: no activation balancing.
+    interleave: virtual stages per device to consider for interleaved 1F1B (planner.py);
+    () for 1F1B only.
     """
     from ..layers import find_layers, layers_fingerprint
 
@@ -60,7 +64,8 @@ def plan_pipeline(model, example_inputs, stages: int, micro_batches: int, budget
             "keep_saved_bytes": profile.keep_saved_bytes,
             "keep_step_time_s": profile.keep_step_time_s}
     return plan_from_costs(costs, stages, micro_batches, budget_bytes,
-                           link or default_link(), bpipe=bpipe, info=info)
+                           link or default_link(), bpipe=bpipe, info=info,
+                           interleave=tuple(interleave))
 
 
 def first_micro_batch(inputs: tuple, micro_batches: int) -> tuple:

@@ -26,6 +26,10 @@ offsets, sizes and strides, so the backward computes exactly what it would have.
 Storages the stage keeps anyway (its inputs and output, which pipelining holds for
 backward) and selective checkpoint caches stay.
 
+On a GPU (placement.py) the transfers are staged through host memory: a park copies the
+storages to the host and sends them; the host stage receives into host memory and copies
+them onto its own device, where they count; a fetch goes back the same way.
+
 Transfers run on a separate gloo group, in one thread per pair on each side, so the
 schedule's own sends and receives never wait on them and the transfers overlap compute.
 Their bytes count in LiveBytes: on the sender until the send is done, on the host from
@@ -74,21 +78,28 @@ def _restore(layout: list, bufs: list, key, live) -> None:
     """Put each saved tensor of `layout` back into its Held as a view of the fetched
     buffers, counted under `key` (a function: its loop variables end with it)."""
     for h, i, dtype, offset, size, stride in layout:
-        h.tensor = torch.empty(0, dtype=dtype).set_(bufs[i].untyped_storage(), offset,
-                                                    size, stride)
+        h.tensor = torch.empty(0, dtype=dtype, device=bufs[i].device).set_(
+            bufs[i].untyped_storage(), offset, size, stride)
         h.key = key
         live.add(key)
 
 
 def _as_bytes(storage) -> torch.Tensor:
-    return torch.empty(0, dtype=torch.uint8).set_(storage)
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """`t` in host memory, for gloo (a copy where `t` is on a GPU)."""
+    return t if t.device.type == "cpu" else t.cpu()
 
 
 class Parking:
     """One stage's side of the plan's transfers (a no-op for a stage without any)."""
 
-    def __init__(self, plan, stage: int, group, live, t0: float, bound: bool = True):
+    def __init__(self, plan, stage: int, group, live, t0: float, bound: bool = True,
+                 clock=None):
         self.stage, self.group, self.live, self.t0, self.bound = stage, group, live, t0, bound
+        self.device = None if clock is None else clock.device     # None: the CPU
         self.park_waited = 0.0
         self.error = None
         self.out = {m: t["to"] for t in plan.transfers if t["from"] == stage
@@ -191,7 +202,7 @@ class Parking:
             if pieces:
                 dist.send(torch.tensor([p.numel() for p in pieces]), dst, self.group, tag=PARK)
             for piece in pieces:
-                dist.send(piece, dst, self.group, tag=PARK)
+                dist.send(_host(piece), dst, self.group, tag=PARK)
             del pieces
             self.live.drop(key)
             self.records.append({"park": m, "to": dst, "bytes": key[-1], "queued_s": queued,
@@ -208,6 +219,7 @@ class Parking:
         bufs = [torch.empty(n, dtype=torch.uint8) for n in sizes]
         for buf in bufs:
             dist.recv(buf, self.out[m], self.group, tag=FETCH)
+        bufs = self._onto_device(bufs)
         _restore(layout, bufs, key, self.live)
         # autograd's slots own the restored Held alone: no reference to one may outlive
         # this point in this thread, or the micro-batch would stay counted after its
@@ -245,7 +257,7 @@ class Parking:
             if kind == "fetch":
                 bufs, key, arrived = held.pop(m)
                 for buf in bufs:
-                    dist.send(buf, src, self.group, tag=FETCH)
+                    dist.send(_host(buf), src, self.group, tag=FETCH)
                 del bufs
                 self.live.drop(key)
                 self.records.append({"hosted": m, "from": src, "bytes": key[-1],
@@ -261,8 +273,13 @@ class Parking:
             self.live.add(key)
             for buf in bufs:
                 dist.recv(buf, src, self.group, tag=PARK)
+            bufs = self._onto_device(bufs)
             held[m] = (bufs, key, self.now())
             del bufs
+
+    def _onto_device(self, bufs: list) -> list:
+        """Received host buffers copied onto this stage's GPU (as they are on the CPU)."""
+        return bufs if self.device is None else [b.to(self.device) for b in bufs]
 
     def finish(self, timeout_s: float) -> None:
         """Wait for every transfer thread; a transfer's failure is raised here."""

@@ -69,7 +69,8 @@ class GradComparison:
 def run_pipeline(model_file: str, plan_doc: dict, workdir, *, seed: int = 0,
                  threads: int = 1, limit_s: float = 300.0, comm_timeout_s: float = 60.0,
                  warmup: int = 0, bound_parks: bool = True,
-                 extra_env: dict | None = None, compile_budgets=None) -> PipelineResult:
+                 extra_env: dict | None = None, compile_budgets=None,
+                 device: str = "cpu") -> PipelineResult:
     """Run one training step of `plan_doc` (a pipeline plan document, as a dict) on the
     model of `model_file`, one process per stage (launch.py), and collect what each
     stage measured. A failing or killed stage raises launch.StageFailure with one line
@@ -80,13 +81,18 @@ def run_pipeline(model_file: str, plan_doc: dict, workdir, *, seed: int = 0,
     than planned (the default); False lets slow parks overlap later forwards.
     compile_budgets: per stage, the activation_memory_budget fraction its layers run
     compiled at (torch.compile's partitioner; compiled_stage.stage_compile_fractions
-    chooses them for a budget); None: eager."""
+    chooses them for a budget); None: eager. device: "cpu" (gloo) or "cuda" (NCCL where
+    every stage has its own GPU, else all on cuda:0 with gloo through host memory:
+    placement.py); each stage then also reports device_peak_bytes, its allocator's
+    peak over the step (torch.cuda.max_memory_allocated), beside the saved-activation
+    meter, and its times are taken after synchronising its GPU. "cuda" where torch
+    sees no GPU is a UserError before any process starts."""
     import numpy as np
 
     stages = launch(model_file, plan_doc, workdir, seed=seed, threads=threads,
                     limit_s=limit_s, comm_timeout_s=comm_timeout_s, warmup=warmup,
                     bound_parks=bound_parks, extra_env=extra_env,
-                    compile_budgets=compile_budgets)
+                    compile_budgets=compile_budgets, device=device)
     grads: dict = {}
     for stage in range(len(stages)):
         with np.load(Path(workdir) / f"stage{stage}.npz", allow_pickle=False) as f:

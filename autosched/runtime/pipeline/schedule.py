@@ -170,10 +170,11 @@ def simulate(costs: list[StageCost], micro_batches: int,
     step = max(free)
     stages = []
     for i, c in enumerate(costs):
-        held = _peak([(t, 1 if d > 0 else -1) for t, d in _own(ops, i)])
+        held = curve_peak([(t, 1 if d > 0 else -1) for t, d in _own(ops, i)])
         stages.append(StageResult(
             c.forward_s, c.backward_s, M * (c.forward_s + c.backward_s), held,
-            _peak(events[i]), _parked_peak(transfers, i, park_end, fetch_end, incoming=True),
+            curve_peak(events[i]),
+            _parked_peak(transfers, i, park_end, fetch_end, incoming=True),
             _parked_peak(transfers, i, park_end, fetch_end, incoming=False), exposed[i]))
     return Simulation(step, stages, link_total, sum(exposed), ops, parks, fetches)
 
@@ -218,7 +219,7 @@ def _own(ops, i):
     return out
 
 
-def _peak(curve) -> float:
+def curve_peak(curve) -> float:
     """The peak of a step curve given as (time, delta) events; releases first at ties."""
     level = peak = 0
     for _, delta in sorted(curve, key=lambda e: (e[0], e[1] > 0)):
@@ -241,4 +242,4 @@ def _parked_peak(transfers, stage, park_end, fetch_end, incoming: bool) -> float
             up = park_end[t.src, m] - (t.seconds if incoming else 0.0)
             down = fetch_end[t.src, m] - (0.0 if incoming else t.seconds)
             curve += [(up, t.bytes), (down, -t.bytes)]
-    return _peak(curve)
+    return curve_peak(curve)

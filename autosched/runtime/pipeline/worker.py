@@ -2,8 +2,10 @@
 
 Started by launch.py under torchrun (RANK, WORLD_SIZE, MASTER_ADDR/PORT in the
 environment); rank r runs stage r. The step is torch.distributed.pipelining's
-Schedule1F1B over a PipelineStage on gloo, so the schedule, its sends and receives and
-its gradient accumulation are torch's own; we contribute the stage's module and meters.
+Schedule1F1B over a PipelineStage (an interleaved plan: ScheduleInterleaved1F1B over
+one PipelineStage per chunk r, r + S, ...) on gloo or NCCL (placement.py), so the
+schedule, its sends and receives and its gradient accumulation are torch's own; we
+contribute the stage's module and meters.
 
 The stage's module is the whole model with its layers (runtime/layers.py: the children
 of the block containers) replaced where needed (StageModel below): layers before
@@ -33,6 +35,7 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -48,8 +51,10 @@ from ..meter import model_state, storage_key
 from ..module_tree import replace_submodule
 from ..trace import attention_cores, trace_ops
 from .launch import atomic_write, read_plan
-from .parking import Parking
-from .stage_meter import LiveBytes, StageMeter
+from .measured_stage import measured_stage, stage_result
+from .placement import DeviceClock, placement, staged_module
+from .stage_errors import error_kind, one_line
+from .stage_meter import LiveBytes
 
 # Test hook: a stage index; that stage's process exits abruptly (os._exit(9)) at its
 # first backward, as a stage killed mid-step would.
@@ -127,6 +132,9 @@ class StageModel(nn.Module):
         self.first, self.last = stage == 0, stage == plan.stages - 1
         self.inject = _Inject()
         self.input_keys: set = set()     # storages of the last forward's inputs
+        # the model's inputs where the caller gives none (torch's shape inference of a
+        # rank's later chunk under interleaving): shapes only, the result is discarded
+        self.default_inputs: tuple = ()
         for i, layer in enumerate(layers[:lo]):
             replace_submodule(self.planned, layer.name, self.inject if i == lo - 1 else _Skip())
         if not self.last:
@@ -139,7 +147,8 @@ class StageModel(nn.Module):
             inputs = args
         else:
             self.inject.value = args[0]
-            inputs = tuple(kwargs[f"input{i}"] for i in range(len(kwargs)))
+            inputs = tuple(kwargs[f"input{i}"] for i in range(len(kwargs))) if kwargs \
+                else self.default_inputs
         grad = self.inject.grad = torch.is_grad_enabled()
         torch.set_grad_enabled(self.first and grad)
         try:
@@ -203,53 +212,6 @@ def check_boundaries(plan, calls: dict) -> None:
                             "output; move the boundary")
 
 
-def _measured_stage(base):
-    """A PipelineStage subclass that meters and times each micro-batch's compute and
-    carries out the stage's parking (parking.py) around it."""
-
-    class MeasuredStage(base):
-        def __init__(self, *args, exclude=(), kill=False, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.exclude, self.kill = exclude, kill
-
-        def start_step(self, plan, rank: int, side_group, bound: bool) -> None:
-            """Fresh meters and transfers for the step about to run."""
-            self.live, self.saved, self.fwd, self.bwd, self.waited = LiveBytes(), [], [], [], []
-            self.t0 = time.perf_counter()
-            self.parking = Parking(plan, rank, side_group, self.live, self.t0, bound)
-
-        def _times(self, t0, c0):
-            return (t0 - self.t0, time.perf_counter() - t0, time.thread_time() - c0,
-                    self.live.alive)
-
-        def forward_one_chunk(self, fwd_chunk_id, *args, **kwargs):
-            self.parking.op_start(("F", fwd_chunk_id))
-            t0, c0 = time.perf_counter(), time.thread_time()
-            with StageMeter(self.exclude, self.live) as meter:
-                out = super().forward_one_chunk(fwd_chunk_id, *args, **kwargs)
-            meter.release()
-            self.live.end_forward(fwd_chunk_id)
-            self.fwd.append(self._times(t0, c0))
-            self.saved.append(meter.device_bytes)
-            keep = {storage_key(t) for t in tensors_in(out)} | self.submod.input_keys
-            self.parking.park(fwd_chunk_id, meter.held, keep)
-            meter.held.clear()
-            return out
-
-        def backward_one_chunk(self, bwd_chunk_id, *args, **kwargs):
-            if self.kill:
-                os._exit(9)
-            self.parking.op_start(("B", bwd_chunk_id))
-            self.waited.append(self.parking.before_backward(bwd_chunk_id))
-            t0, c0 = time.perf_counter(), time.thread_time()
-            out = super().backward_one_chunk(bwd_chunk_id, *args, **kwargs)
-            self.live.end_backward(bwd_chunk_id)
-            self.bwd.append(self._times(t0, c0))
-            return out
-
-    return MeasuredStage
-
-
 def _loss(output, _target):
     """The schedule's loss function: the last stage already returns the loss."""
     return output
@@ -257,103 +219,82 @@ def _loss(output, _target):
 
 def run_stage(model_file: str, workdir: Path, rank: int, world: int, seed: int,
               comm_timeout_s: float, kill: bool, warmup: int = 0,
-              bound_parks: bool = False, compile_budget: float | None = None) -> None:
+              bound_parks: bool = False, compile_budget: float | None = None,
+              device: str = "cpu", local_rank: int = 0) -> None:
     """Stage `rank`'s part of one training step, after `warmup` unmeasured ones (their
     gradients cleared); writes stage<rank>.npz and .json. bound_parks: Parking's
     `bound` (a forward waits for the parks in flight). compile_budget: the stage's
-    layers compiled at this activation_memory_budget (None: eager)."""
+    layers compiled at this activation_memory_budget (None: eager). device: "cpu" or
+    "cuda" (placement.py: the backend and this rank's device)."""
     import numpy as np
     import torch.distributed as dist
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+    from torch.distributed.pipelining import (PipelineStage, Schedule1F1B,
+                                              ScheduleInterleaved1F1B)
     from torch.distributed.pipelining.microbatch import split_args_kwargs_into_chunks
 
     plan = read_plan(json.loads((workdir / "plan.json").read_text()))
     if world != plan.stages:
         raise UserError(f"the plan has {plan.stages} stages, torchrun started {world}")
-    dist.init_process_group("gloo", timeout=timedelta(seconds=comm_timeout_s))
+    gpus = torch.cuda.device_count() if device == "cuda" else 0
+    place = placement(device, local_rank, world, gpus)
+    clock = DeviceClock(place)
+    dist.init_process_group(place.backend, timeout=timedelta(seconds=comm_timeout_s))
     torch.manual_seed(seed)
     spec = load_model_file(model_file)
-    model = spec.model
-    micro, _ = split_args_kwargs_into_chunks(spec.inputs, {}, plan.micro_batches)
+    model = spec.model.to(place.compute)
+    inputs = tuple(x.to(place.comm) if isinstance(x, torch.Tensor) else x
+                   for x in spec.inputs)
+    micro, _ = split_args_kwargs_into_chunks(inputs, {}, plan.micro_batches)
+    micro = [tuple(x.to(place.compute) if isinstance(x, torch.Tensor) else x for x in m)
+             for m in micro]
     with torch.no_grad(), CallCapture(find_layers(model, None)) as capture:
         model(*micro[0])
     calls = capture.single_calls()
     check_boundaries(plan, calls)
-    stage_model = StageModel(model, plan, rank, calls, spec.loss_fn, compile_budget)
-    stage = _measured_stage(PipelineStage)(stage_model, rank, world, torch.device("cpu"),
-                                           exclude=model_state(model), kill=kill)
-    schedule = Schedule1F1B(stage, plan.micro_batches, loss_fn=_loss,
-                            scale_grads=False)
+    chunks = replace(plan, stages=plan.stages * plan.virtual)    # chunk c: rank c % S
+    stages = []
+    for c in range(rank, chunks.stages, world):
+        stage_model = StageModel(model, chunks, c, calls, spec.loss_fn, compile_budget)
+        stage_model.default_inputs = micro[0]
+        stages.append(measured_stage(PipelineStage)(
+            staged_module(stage_model, place), c, chunks.stages, torch.device(place.comm),
+            clock=clock, exclude=model_state(model), kill=kill))
+    stage = stages[0]
+    schedule = Schedule1F1B(stage, plan.micro_batches, loss_fn=_loss, scale_grads=False) \
+        if plan.virtual == 1 else ScheduleInterleaved1F1B(
+            stages, plan.micro_batches, loss_fn=_loss, scale_grads=False)
     side = (dist.new_group(backend="gloo", timeout=timedelta(seconds=comm_timeout_s))
             if plan.transfers else None)
-    target = torch.zeros(plan.micro_batches)
-    kw = {f"input{i}": x for i, x in enumerate(spec.inputs)}
+    target = torch.zeros(plan.micro_batches, device=place.comm)
+    kw = {f"input{i}": x for i, x in enumerate(inputs)}
     for step in range(warmup + 1):
         # warm-up steps: torch's first step also infers shapes and opens the links
         for p in model.parameters():
             p.grad = None
         losses = []
         dist.barrier()
-        stage.start_step(plan, rank, side, bound_parks)
+        live = LiveBytes()
+        for s in stages:
+            s.start_step(plan, rank, side, bound_parks, live)
         if rank == 0:
-            schedule.step(*spec.inputs, target=target, losses=losses, return_outputs=False)
+            schedule.step(*inputs, target=target, losses=losses, return_outputs=False)
         else:
             schedule.step(target=target, losses=losses, return_outputs=False, **kw)
         stage.parking.finish(comm_timeout_s)
+        clock.sync()
         step_s = time.perf_counter() - stage.t0
     dist.barrier()
     dist.destroy_process_group()
-    grads = {n: p.grad.detach().numpy() for n, p in model.named_parameters()
+    grads = {n: p.grad.detach().cpu().numpy() for n, p in model.named_parameters()
              if p.grad is not None}
     with open(workdir / f".stage{rank}.npz.tmp", "wb") as f:
         np.savez(f, **grads)
     os.replace(workdir / f".stage{rank}.npz.tmp", workdir / f"stage{rank}.npz")
-    result = _result(plan, rank, stage, step_s, losses)
-    result["compile_budget"] = compile_budget
+    result = stage_result(plan, rank, stages, step_s, losses)
+    result.update(compile_budget=compile_budget, device=place.compute,
+                  backend=place.backend, staged_through_host=place.staged,
+                  device_peak_bytes=clock.peak(), device_base_bytes=stage.base_bytes)
     atomic_write(workdir / f"stage{rank}.json", json.dumps(result).encode())
-
-
-def _result(plan, rank: int, stage, step_s: float, losses) -> dict:
-    """Stage `rank`'s measurements (times in seconds; "*_start_s" from the step's start,
-    "*_cpu_s" this thread's CPU time: the compute alone on a shared machine)."""
-    lo, hi = plan.boundaries[rank], plan.boundaries[rank + 1]
-    out = {"stage": rank, "layers": list(plan.layers[lo:hi]),
-           "actions": list(plan.actions[lo:hi]), "micro_batches": plan.micro_batches,
-           "saved_bytes_per_micro_batch": stage.saved, "peak_saved_bytes": stage.live.peak,
-           "step_s": step_s, "losses": [float(x) for x in losses],
-           "backward_waited_s": stage.waited, "transfers": stage.parking.records,
-           "park_waited_s": stage.parking.park_waited,
-           "threads": torch.get_num_threads()}
-    for kind, times in (("forward", stage.fwd), ("backward", stage.bwd)):
-        out[f"{kind}_start_s"] = [t[0] for t in times]
-        out[f"{kind}_s"] = [t[1] for t in times]
-        out[f"{kind}_cpu_s"] = [t[2] for t in times]
-        out[f"after_{kind}_alive_bytes"] = [t[3] for t in times]
-    return out
-
-
-def _kind(e: BaseException) -> str:
-    """"user" for bad input, "peer" for a failed transfer (a peer stage vanished or hung:
-    its own failure is the one to report), else "stage"."""
-    import torch.distributed as dist
-
-    while e.__cause__ is not None:
-        e = e.__cause__
-    if isinstance(e, UserError):
-        return "user"
-    if isinstance(e, (dist.DistError, ConnectionError)) or \
-            any(w in str(e) for w in ("Connection closed", "Connection reset", "Timed out",
-                                      "timed out", "Broken pipe", "gloo")):
-        return "peer"
-    return "stage"
-
-
-def _one_line(e: BaseException) -> str:
-    """The root cause of `e` (torch's pipelining wraps a stage's error) on one line."""
-    while e.__cause__ is not None:
-        e = e.__cause__
-    text = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
-    return text if isinstance(e, UserError) else f"{type(e).__name__}: {text}"
 
 
 def main(argv=None) -> int:
@@ -365,6 +306,7 @@ def main(argv=None) -> int:
     p.add_argument("--comm-timeout-s", type=float, default=60.0)
     p.add_argument("--warmup", type=int, default=0)
     p.add_argument("--bound-parks", action="store_true")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--compile-budgets", default="",
                    help="comma-separated activation_memory_budget fractions, one per stage")
     a = p.parse_args(argv)
@@ -376,10 +318,11 @@ def main(argv=None) -> int:
         budgets = [float(f) for f in a.compile_budgets.split(",")] if a.compile_budgets \
             else None
         run_stage(a.model_file, workdir, rank, world, a.seed, a.comm_timeout_s, kill,
-                  a.warmup, a.bound_parks, budgets[rank] if budgets else None)
+                  a.warmup, a.bound_parks, budgets[rank] if budgets else None, a.device,
+                  int(os.environ.get("LOCAL_RANK", rank)))
     except BaseException as e:          # noqa: BLE001 - every failure becomes one line
-        line = _one_line(e)
-        record = {"kind": _kind(e), "message": line[:300], "time": time.time(),
+        line = one_line(e)
+        record = {"kind": error_kind(e), "message": line[:300], "time": time.time(),
                   "traceback": traceback.format_exc()[-4000:]}
         atomic_write(workdir / f"stage{rank}.error", json.dumps(record).encode())
         return 2 if isinstance(e, UserError) else 1
