@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
                           clock=args.clock)
     plan = plan_pipeline(spec.model, spec.inputs, args.stages, args.micro_batches,
                          args.memory_budget, spec.loss_fn, options,
-                         bpipe=not args.no_bpipe)
+                         bpipe=not args.no_bpipe,
+                         interleave=() if args.no_interleave else (2,))
     print(plan.table())
     if args.output:
         write_atomic(args.output, plan.to_json())

@@ -74,6 +74,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--micro-batches", type=int, metavar="M",
                    help="with --stages: micro-batches make_inputs()'s batch is split into")
     p.add_argument("--no-bpipe", action="store_true", help="with --stages: no BPipe transfers")
+    p.add_argument("--no-interleave", action="store_true",
+                   help="with --stages: 1F1B only (by default interleaved 1F1B with two "
+                        "virtual stages per device is chosen where it is predicted faster)")
     p.add_argument("--device", choices=DEVICES, default="cpu",
                    help="where the model trains: cuda moves the model and its inputs to the "
                         "GPU (needs --clock wall; offload to pinned host memory offered)")
@@ -85,7 +88,8 @@ def check_device(args) -> None:
     torch (the GPU itself is checked in run, where torch is imported)."""
     if args.stages is None:
         given = [f for f, v in (("--micro-batches", args.micro_batches is not None),
-                                ("--no-bpipe", args.no_bpipe)) if v]
+                                ("--no-bpipe", args.no_bpipe),
+                                ("--no-interleave", args.no_interleave)) if v]
         if given:
             raise UserError(f"{' and '.join(given)} only apply to a pipeline plan: add "
                             "--stages S")

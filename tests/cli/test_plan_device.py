@@ -38,6 +38,7 @@ def _refused(capsys, *argv) -> str:
     (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
     (["--micro-batches", "4"], "--micro-batches only apply to a pipeline plan: add --stages S"),
     (["--no-bpipe"], "--no-bpipe only apply to a pipeline plan: add --stages S"),
+    (["--no-interleave"], "--no-interleave only apply to a pipeline plan: add --stages S"),
     (["--micro-batches", "4", "--no-bpipe"],
      "--micro-batches and --no-bpipe only apply to a pipeline plan: add --stages S"),
     (["--device", "cuda", "--clock", "cpu"],

@@ -333,6 +333,11 @@ def test_cli_writes_a_pipeline_plan_covering_every_layer_once(tmp_path, capsys,
     assert cli_plan.run(args) == 0
     data = json.loads(out.read_text())
     assert data["search"]["bpipe"] is False and data["transfers"] == []
+    args = _parse(str(model), "--stages", "2", "--micro-batches", "3", "--memory-budget",
+                  "1MiB", "--repeats", "1", "--no-interleave", "-o", str(out))
+    assert cli_plan.run(args) == 0
+    data = json.loads(out.read_text())
+    assert data["schedule"] == "1F1B" and data["version"] == 1
     with pytest.raises(UserError, match="--stages needs --micro-batches"):
         cli_plan.run(_parse(str(model), "--stages", "2", "--memory-budget", "1MiB"))
     with pytest.raises(UserError, match="split into 4 micro-batches, not 5"):
