@@ -306,3 +306,7 @@ def _moments_blocks(first, second, width, u):
         tirx.SeqStmt([tirx.BufferStore(t_buf, t, rows.vars),
                       tirx.BufferStore(q_buf, q, rows.vars)])))
     return [partial, fold, finish], lanes + shifted
+
+
+# the per-element pieces, shared with the GPU's one-pass form (search_space/cuda/rows_one_pass.py)
+Rows, online, reduction_operand = _Rows, _online, _reduction_operand

@@ -82,18 +82,20 @@ def _row_prefix(sch, out_block, buffer_name: str) -> int | None:
     return 0
 
 
-def fusion_plan(sch) -> FusionPlan | None:
-    """Where the row reductions can be fused into the (single, spatial) output block,
-    on a schedule whose elementwise blocks have been inlined; None when they cannot."""
+def fusion_plan(sch, reductions: tuple[str, ...] | None = None) -> FusionPlan | None:
+    """Where the row reductions (`classify`'s, or the named `reductions`) can be fused
+    into the (single, spatial) output block, on a schedule whose elementwise blocks
+    have been inlined; None when they cannot."""
     roles = classify(sch)
+    candidates = roles.rows if reductions is None else reductions
     outs = [n for n in roles.outputs if block_info(sch, sch.get_sblock(n)).is_spatial]
-    if len(outs) != 1 or not roles.rows:
+    if len(outs) != 1 or not candidates:
         return None
     out = sch.get_sblock(outs[0])
     if None in loop_positions(sch, out) or set(loop_kinds(sch, out)) != {SPATIAL}:
         return None
     group, prefix = [], set()
-    for name in reversed(roles.rows):
+    for name in reversed(candidates):
         block = sch.get_sblock(name)
         consumers = {sch.get(c).name_hint for c in sch.get_consumers(block)}
         if not consumers or not consumers <= {outs[0], *group}:
