@@ -1,7 +1,9 @@
 """Sketch priors: a first round of a 16-bit GEMM on a GPU with tensor cores is mostly
 tensor-core candidates (the CUDA rules give that sketch a prior above the others'),
 while the SIMT sketches are still proposed; spaces without the sketch draw as before,
-and once a sketch has measurements its prior no longer counts."""
+and once a sketch has measurements its prior no longer counts. On sm_90a a 16-bit GEMM
+has two tensor-core sketches, mma.sync (`tensor_core`) and wgmma (`wgmma`), with the
+same prior."""
 from __future__ import annotations
 
 import json
@@ -24,6 +26,7 @@ MP = str(ROOT / "examples" / "mixed_precision.py")
 MATMUL = str(ROOT / "examples" / "matmul.py")
 SHAPE = ("M=256", "N=256", "K=256")
 SIMT = {"simple", "tile"}
+TC = {"tensor_core", "wgmma"}
 
 
 def _task(path: str, workload: str, *args: str):
@@ -66,36 +69,38 @@ def test_the_tensor_core_sketch_alone_has_a_prior_above_uniform(arch, args, prio
     want = {"default": 1.0, "simple": 1.0, "tile": 1.0}
     if prior is not None:
         want["tensor_core"] = prior
+    if arch == "sm_90a":
+        want["wgmma"] = prior
     assert priors == want and TENSOR_CORE_PRIOR > 1
 
 
 def test_a_fp32_matmul_has_a_uniform_prior_and_draws_as_without_one():
     space = _space("sm_90a", path=MATMUL, workload="matmul")
-    assert space.priors == {"default": 1.0, "simple": 1.0, "tile": 1.0}
+    assert space.priors == {"default": 1.0, "simple": 1.0, "tile": 1.0, "simt_gemm": 1.0}
     other = _space("sm_90a", path=MATMUL, workload="matmul")
     a, b = random.Random(4), random.Random(4)
     drawn = [space.sample(a, weights=space.priors)[0] for _ in range(12)]
     assert drawn == [other.sample(b)[0] for _ in range(12)]
-    assert _sketches(_first_proposals(space, 16)) == {"tile": 11, "simple": 5}
+    assert _sketches(_first_proposals(space, 16)) == {"tile": 8, "simt_gemm": 4, "simple": 4}
 
 
 @pytest.mark.parametrize("arch, args, counts", [
-    ("sm_90a", (), {"tensor_core": 12, "tile": 3, "simple": 1}),
+    ("sm_90a", (), {"tensor_core": 7, "wgmma": 6, "simple": 2, "tile": 1}),
     ("sm_80", ("dtype=bfloat16",), {"tensor_core": 12, "tile": 3, "simple": 1}),
 ])
 def test_a_first_batch_of_a_16_bit_gemm_is_mostly_tensor_core(arch, args, counts):
     picks = _first_proposals(_space(arch, *args), 16)
     got = _sketches(picks)
     assert got == counts
-    assert got["tensor_core"] >= 8 and SIMT <= set(got)
+    assert sum(got[s] for s in TC) >= 8 and SIMT <= set(got)
     assert len({c.key for c, _ in picks}) == 16
 
 
 def test_a_batch_too_small_for_every_leader_takes_the_tensor_core_one():
-    """Two picks leave room for one sketch's leader: the sketch of the highest prior."""
+    """Two picks leave room for one sketch's leader: a sketch of the highest prior."""
     for seed in range(3):
         picks = _first_proposals(_space("sm_90a"), 2, seed=seed)
-        assert picks[0][0].sketch == "tensor_core"
+        assert picks[0][0].sketch in TC
 
 
 def test_random_search_draws_by_prior_until_every_sketch_is_measured():
@@ -104,7 +109,8 @@ def test_random_search_draws_by_prior_until_every_sketch_is_measured():
     space = _space("sm_90a")
     search = RandomSearch()
     first = search.propose(space, 16, set(), random.Random(0))
-    assert _sketches(first) == {"tensor_core": 8, "tile": 4, "simple": 3, "default": 1}
+    assert _sketches(first) == {"wgmma": 7, "tensor_core": 5, "tile": 2, "simple": 1,
+                                "default": 1}
     assert sketch_weights(space, set()) == space.priors
     search.update(space, [c for c, _ in first], [m for _, m in first],
                   [MeasureResult(latencies=(1.0,))] * len(first))
@@ -122,7 +128,7 @@ def test_the_prior_counts_only_until_a_sketch_has_measurements():
     assert search.sketch_weights(space) == space.priors
     picks = search.propose(space, 6, {space.default_candidate().key}, random.Random(1))
     tiles = [(c, m) for c, m in picks if c.sketch == "tile"]
-    tcs = [(c, m) for c, m in picks if c.sketch == "tensor_core"]
+    tcs = [(c, m) for c, m in picks if c.sketch in TC]
     assert tiles and tcs
     search.update(space, [c for c, _ in tiles], [m for _, m in tiles],
                   [MeasureResult(latencies=(2e-3,))] * len(tiles))
@@ -170,4 +176,4 @@ def test_the_loop_measures_the_default_first_then_mostly_tensor_core(tmp_path):
     assert state.trials == 16 and len(first) == 16 - state.failures["invalid"]
     assert first[0].sketch == "default"
     got = Counter(c.sketch for c in first)
-    assert got == {"default": 1, "tensor_core": 10, "tile": 3, "simple": 1}
+    assert got == {"default": 1, "tensor_core": 5, "wgmma": 5, "tile": 1, "simple": 2}

@@ -137,7 +137,7 @@ def test_every_placement_is_sampled_and_fits_the_target(distinct_samples):
     from search_space import generate_space
 
     space = generate_space(make("block_transform"), _target())
-    assert sorted(space.sketches) == ["default", "simple", "tile"]
+    assert sorted(space.sketches) == ["default", "simple", "simt_gemm", "tile"]
     samples = distinct_samples(space, 24, seed=0, sketch="tile")
     assert len(samples) == 24
     seen = set()

@@ -1,8 +1,9 @@
 """A first bundle round of an fp16 GEMM for sm_90a spends most of its libraries on tensor
 cores: `autosched tune --runner bundle:DIR` builds the round (nvcc, no GPU needed) and
-the SASS of each library is read for HMMA (mma.sync) instructions. The round's
-proposals come from an untrained model, so it is the sketches' priors (the CUDA rules
-favour the tensor-core sketch of a 16-bit GEMM) that decide what the round holds."""
+the SASS of each library is read for tensor-core instructions: HMMA (mma.sync, the
+`tensor_core` sketch) or HGMMA (wgmma, the Hopper `wgmma` sketch). The round's proposals
+come from an untrained model, so it is the sketches' priors (the CUDA rules favour the
+tensor-core sketches of a 16-bit GEMM) that decide what the round holds."""
 from __future__ import annotations
 
 import json
@@ -39,13 +40,16 @@ def test_most_libraries_of_a_first_fp16_round_hold_hmma(tmp_path):
     assert len(entries) == TRIALS
     assert entries[0]["candidate"]["sketch"] == "default"   # the floor, measured first
     built = [e for e in entries if e["lib"]]
-    hmma = {e["id"]: sass.opcode_counts(str(bundle / e["lib"]))["HMMA"] for e in built}
-    # tensor cores exactly where the tensor-core sketch scheduled the GEMM
+    counts = {e["id"]: sass.opcode_counts(str(bundle / e["lib"])) for e in built}
+    hmma = {i: c["HMMA"] + c["HGMMA"] for i, c in counts.items()}
+    # tensor cores exactly where a tensor-core sketch scheduled the GEMM, and of its kind
     for e in built:
-        assert (hmma[e["id"]] > 0) == (e["candidate"]["sketch"] == "tensor_core"), e
+        sketch, c = e["candidate"]["sketch"], counts[e["id"]]
+        assert (c["HMMA"] > 0, c["HGMMA"] > 0) == (sketch == "tensor_core",
+                                                   sketch == "wgmma"), e
     with_hmma = sum(1 for n in hmma.values() if n > 0)
     # every candidate built; all but the default and the SIMT sketches' two race
-    # leaders hold HMMA (without the priors, seed 0 gave 2 of 6 built)
+    # leaders hold HMMA or HGMMA (without the priors, seed 0 gave 2 of 6 built)
     assert (len(built), with_hmma) == (TRIALS, TRIALS - 3)
     assert 2 * with_hmma >= len(built)
     assert {"simple", "tile"} <= {e["candidate"]["sketch"] for e in built}

@@ -12,13 +12,13 @@ ALL = ["matmul", "batch_matmul", "conv2d", "depthwise_conv2d", "dense_bias_gelu"
 
 
 @pytest.mark.parametrize("workload, sketches", [
-    ("matmul", {"default", "simple", "tile"}),
-    ("batch_matmul", {"default", "simple", "tile"}),
-    ("conv2d", {"default", "simple", "tile"}),
+    ("matmul", {"default", "simple", "tile", "simt_gemm"}),
+    ("batch_matmul", {"default", "simple", "tile", "simt_gemm"}),
+    ("conv2d", {"default", "simple", "tile", "simt_gemm"}),
     ("depthwise_conv2d", {"default", "simple", "tile"}),
-    ("dense_bias_gelu", {"default", "simple", "tile"}),
-    ("softmax", {"default", "simple", "rows", "rows_fused"}),
-    ("layer_norm", {"default", "simple", "rows", "rows_fused"}),
+    ("dense_bias_gelu", {"default", "simple", "tile", "simt_gemm"}),
+    ("softmax", {"default", "simple", "rows", "rows_fused", "rows_onchip"}),
+    ("layer_norm", {"default", "simple", "rows", "rows_fused", "rows_onchip"}),
 ])
 def test_sketches_per_task(space_of, workload, sketches):
     assert set(space_of(workload).sketches) == sketches

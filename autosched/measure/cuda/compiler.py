@@ -56,6 +56,7 @@ DRIVER, BUILD_HOST = "driver", "build-host placeholder driver"
 BINARY = {NVCC: "fatbin", NVRTC: "cubin"}
 _ARCH = re.compile(r"^sm_(\d+)([af]?)$")
 _CALLBACK = "tvm_callback_cuda_compile"
+_PIPELINE_ATTR = "autosched.tir_pipeline"   # search_space.cuda.hopper_gemm.PIPELINE_ATTR
 _TOOLKIT_REMEDY = ("install the CUDA toolkit (nvcc on PATH, or the cuda-bindings package "
                    "for NVRTC), then rerun")
 
@@ -273,7 +274,7 @@ def build_cuda(mod, target_config: dict, compiler: str = AUTO) -> CudaBuild:
     _State.compiler, _State.failure = chosen, None
     try:  # tensor-core kernels' mma_store code generation needs the store layout
         with target, _async_copy_context(), store_layout():
-            exe = tvm.compile(mod, target=target)
+            exe = tvm.compile(mod, target=target, **_pipeline_of(mod))
     except Exception as e:
         side, line = _State.failure or ("candidate", "build: " + _last_line(str(e)))
         if side == "machine":
@@ -284,6 +285,18 @@ def build_cuda(mod, target_config: dict, compiler: str = AUTO) -> CudaBuild:
     if not any(str(sub.kind) == "cuda" for sub in exe.mod.imports):
         raise CudaCompileError("build: the built module holds no CUDA kernel")
     return CudaBuild(exe, arch, chosen, runtime)
+
+
+def _pipeline_of(mod) -> dict:
+    """`tir_pipeline="tirx"` for a module whose functions say so in their attribute
+    `autosched.tir_pipeline` (kernels written in TVM's TIRx, such as the Hopper GEMM of
+    `search_space/cuda/hopper_gemm.py`); the default pipeline otherwise."""
+    import tvm
+
+    funcs = mod.functions.values() if isinstance(mod, tvm.IRModule) else [mod]
+    asked = {str(f.attrs[_PIPELINE_ATTR]) for f in funcs
+             if f.attrs is not None and _PIPELINE_ATTR in f.attrs}
+    return {"tir_pipeline": asked.pop()} if len(asked) == 1 else {}
 
 
 def _async_copy_context():

@@ -1,0 +1,187 @@
+"""A Hopper (sm_90a) GEMM kernel on `wgmma` fed by TMA, written in TVM's TIRx.
+
+C[M, N] = A[M, K] x B[K, N] (or x B[N, K]^T), for each of `batch` matrices when batched
+(C[b] = A[b] x B[b], the batch a third TMA dimension and a factor of the grid), A and B
+in fp16 or bf16, accumulated in fp32 registers, written as fp32, fp16 or bf16. One thread block computes a BM x BN tile
+of C (blocks walk the tiles in groups of `raster` tile rows, so neighbouring blocks share
+A and B panels in L2):
+
+- warp specialisation: `consumers` (1 or 2) consumer warpgroups and one producer
+  warpgroup (the last 128 threads); with two consumers the producer lowers its register
+  budget (`setmaxnreg.dec`) so the consumers can raise theirs (`setmaxnreg.inc`) above
+  the 168 a 384-thread launch leaves each thread (with one consumer, 256 threads, every
+  thread may already hold 255 and ptxas ignores setmaxnreg);
+- one producer thread issues TMA loads (`cp.async.bulk.tensor`) of each BM x BK chunk of
+  A and BK x BN chunk of B into a ring of `stages` shared buffers, swizzled by the TMA
+  unit as wgmma reads them (128-byte swizzle; 64-byte for K-major tiles with BK = 32).
+  Each slot has a "full" mbarrier (the producer arrives with the byte count the TMA
+  completes) and an "empty" one (each consumer warp arrives once its wgmmas that read
+  the slot are done: one wgmma group stays in flight, so a slot is released one chunk
+  later);
+- consumer warpgroup w computes rows [w * BM / consumers, ...) of the tile with
+  `wgmma.mma_async.m64n{BN}k16` (shared-memory descriptors for A and B; B K-major for
+  B[N, K], MN-major for B[K, N]), one per 64 rows and 16-wide K step;
+- write-back: each thread stores its accumulators straight from registers to C with
+  bounds predicates.
+
+Addresses, boxes, descriptors, the tile walk and the accumulator layout come from
+`hopper_gemm_layout.py` (plain Python, checked on the CPU).
+
+Odd sizes: TMA fills a box's out-of-bounds elements with zeros (so the K tail adds
+nothing and edge tiles compute on zeros), and the predicated stores drop what lies
+outside C. TMA needs every global row to start 16-byte aligned, so the row length of A
+and B (K, and N or K) must be a multiple of 8 elements (`tma_compatible`).
+
+The kernel is TIRx, compiled with `tvm.compile(..., tir_pipeline="tirx")`; the function
+carries `PIPELINE_ATTR` = "tirx" so the CUDA builder knows (`measure/cuda/compiler.py`).
+"""
+from __future__ import annotations
+
+from .hopper_gemm_layout import (
+    INPUTS,
+    WG,
+    GemmShape,
+    HopperConfig,
+    a_rows_at,
+    b_at,
+    fragment_at,
+    plan,
+    problem_of,
+    tile_of,
+)
+
+PIPELINE_ATTR = "autosched.tir_pipeline"
+PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg: 128 x (40 + 2 x 232) <= 65536
+TMA_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+
+
+def _ceil(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def hopper_gemm(shape: GemmShape, cfg: HopperConfig):
+    """The TIRx PrimFunc of the kernel (see the module docstring), with parameters
+    (A, B, C); ValueError when `cfg` or `shape` cannot be built."""
+    from tvm.script import tirx as T
+
+    problem = problem_of(shape, cfg)
+    if problem is not None:
+        raise ValueError(problem)
+    M, N, K = shape.m, shape.n, shape.k
+    BM, BN, BK, S, NC = cfg.bm, cfg.bn, cfg.bk, cfg.stages, cfg.consumers
+    in_dt, out_dt, ab = shape.in_dtype, shape.out_dtype, INPUTS[shape.in_dtype]
+    tiles_m, tiles_n, KT = _ceil(M, BM), _ceil(N, BN), _ceil(K, BK)
+    G = min(cfg.raster, tiles_m)
+    MI, ACC = cfg.m_iters, BN // 2
+    WM = BM // NC                                   # rows per consumer warpgroup
+    lay = plan(shape, cfg)
+    pa, pb = lay.a, lay.b
+    BATCH, TILES = shape.batch, tiles_m * tiles_n
+    lead = (BATCH,) if BATCH > 1 else ()           # a batch is a third TMA dimension
+    rank = len(lead) + 2
+    a_args, b_args = pa.tma_args(BATCH), pb.tma_args(BATCH)
+    tma_load = TMA_LOAD.replace("2d", f"{rank}d")
+
+    def at(bb, *coords):
+        """TMA coordinates, innermost first, with the batch last when batched."""
+        return [*coords, bb] if lead else list(coords)
+    wgmma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{ab}.{ab}"
+    stage_bytes, smem_total, b_boxes = lay.stage_bytes, lay.total, pb.boxes
+
+    def accs(acc, j):
+        return [acc[j * ACC + i] for i in range(ACC)]
+
+    # fmt: off
+    @T.prim_func
+    def main(a_ptr: T.handle, b_ptr: T.handle, c_ptr: T.handle):
+        A = T.match_buffer(a_ptr, (*lead, M, K), in_dt, align=16)
+        B = T.match_buffer(b_ptr, (*lead, *pb.tensor), in_dt, align=16)
+        C = T.match_buffer(c_ptr, (*lead, M, N), out_dt, align=16)
+        a_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, in_dt, rank, A.data, *a_args)
+        b_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, in_dt, rank, B.data, *b_args)
+
+        T.device_entry()
+        cta = T.cta_id([TILES * BATCH])
+        tid = T.thread_id([WG * (NC + 1)])
+        smem = T.alloc_buffer((smem_total,), "uint8", scope="shared.dyn", align=1024)
+        bars = T.alloc_buffer((2 * S,), "uint64", scope="shared", align=8)
+        acc = T.alloc_buffer((MI * ACC,), "float32", scope="local")
+        desc_a: T.uint64
+        desc_b: T.uint64
+
+        wg = T.meta_var(tid // WG)
+        bb = T.meta_var(cta // TILES)
+        tm, tn = T.meta_var(tile_of(cta % TILES, tiles_m, tiles_n, G, T.min))
+        c_flat = T.decl_buffer((BATCH * M * N,), out_dt, data=C.data)
+
+        if tid == 0:
+            for s in T.unroll(S):
+                T.ptx.mbarrier.init.shared.b64(T.address_of(bars[s]), T.uint32(1))
+                T.ptx.mbarrier.init.shared.b64(T.address_of(bars[S + s]), T.uint32(4 * NC))
+        T.ptx.fence.proxy.async_.shared__cta()
+        T.cuda.cta_sync()
+
+        if wg == NC:
+            if NC > 1:
+                T.ptx["setmaxnreg.dec.sync.aligned.u32"](PRODUCER_REGS)
+            if tid % WG == 0:
+                for kt in T.serial(KT):
+                    s = T.meta_var(kt % S)
+                    if kt >= S:
+                        T.cuda.mbarrier_wait(T.address_of(bars[S + s]), (kt // S - 1) % 2)
+                    T.ptx.mbarrier.arrive.expect_tx.shared.b64(
+                        T.address_of(bars[s]), T.uint32(stage_bytes))
+                    T.ptx[tma_load](T.address_of(smem[s * stage_bytes]), T.address_of(a_map),
+                                    *at(bb, kt * BK, tm * BM), T.address_of(bars[s]))
+                    for j in T.unroll(b_boxes):
+                        if pb.mn_major == 1:   # box j: columns [64 j, 64 j + 64) of B's tile
+                            T.ptx[tma_load](
+                                T.address_of(smem[b_at(lay, s, 0) + j * pb.box_bytes]),
+                                T.address_of(b_map), *at(bb, tn * BN + j * pb.box[0], kt * BK),
+                                T.address_of(bars[s]))
+                        else:
+                            T.ptx[tma_load](T.address_of(smem[b_at(lay, s, 0)]),
+                                            T.address_of(b_map), *at(bb, kt * BK, tn * BN),
+                                            T.address_of(bars[s]))
+        else:
+            if NC > 1:
+                T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGS)
+            for i in T.serial(MI * ACC):
+                acc[i] = T.float32(0)
+            for kt in T.serial(KT):
+                s = T.meta_var(kt % S)
+                T.cuda.mbarrier_wait(T.address_of(bars[s]), (kt // S) % 2)
+                T.ptx.wgmma.fence.sync.aligned()
+                for kk in T.unroll(BK // 16):
+                    T.cuda.wgmma.encode_matrix_descriptor(
+                        T.address_of(desc_b), T.address_of(smem[b_at(lay, s, kk)]),
+                        pb.ldo, pb.sbo, pb.swizzle)
+                    for j in T.unroll(MI):
+                        T.cuda.wgmma.encode_matrix_descriptor(
+                            T.address_of(desc_a),
+                            T.address_of(smem[a_rows_at(lay, cfg, s, wg * WM + j * 64, kk)]),
+                            pa.ldo, pa.sbo, pa.swizzle)
+                        T.ptx[wgmma](*accs(acc, j), desc_a, desc_b, T.bool(True), 1, 1, 0,
+                                     pb.mn_major)
+                T.ptx.wgmma.commit_group.sync.aligned()
+                # one group stays in flight: the previous chunk's is done, its slot free
+                T.ptx.wgmma.wait_group.sync.aligned(1)
+                if kt > 0 and tid % 32 == 0:
+                    T.ptx.mbarrier.arrive.shared.b64(T.address_of(bars[S + (kt + S - 1) % S]),
+                                                     T.uint32(1))
+            T.ptx.wgmma.wait_group.sync.aligned(0)
+            # write-back from the wgmma accumulator layout, bounds-predicated
+            for j in T.unroll(MI):
+                for i in T.unroll(ACC // 4):
+                    for h in T.unroll(4):
+                        r, c = T.meta_var(fragment_at(tid % WG, i, h))
+                        row = T.meta_var(tm * BM + wg * WM + j * 64 + r)
+                        col = T.meta_var(tn * BN + c)
+                        if row < M and col < N:
+                            c_flat[(bb * M + row) * N + col] = T.Cast(
+                                out_dt, acc[j * ACC + i * 4 + h])
+    # fmt: on
+
+    return main.with_attr(PIPELINE_ATTR, "tirx")
