@@ -60,7 +60,8 @@ TASKS = [("examples/mixed_precision.py", "matmul_mp", ["M=128", "N=128", "K=128"
          ("examples/mixed_precision.py", "matmul_mp", ["M=256", "N=128", "K=128"]),
          ("examples/matmul.py", "matmul", ["M=128", "N=128", "K=128"])]
 PEAK = {"float16": 990e12, "float32": 67e12}  # FLOP/s, H100 SXM dense
-EFFICIENCY = {"default": 0.001, "simple": 0.01, "tile": 0.1, "tensor_core": 0.3}
+EFFICIENCY = {"default": 0.001, "simple": 0.01, "tile": 0.1, "simt_gemm": 0.3,
+              "tensor_core": 0.3, "wgmma": 0.5}
 
 
 def draw(task_key: str, cand: Candidate) -> float:
