@@ -13,7 +13,7 @@ import pytest
 from autosched.errors import UserError
 from autosched.runtime.pipeline import (Cost, LayerCosts, Link, ModelCosts, PipelinePlan,
                                         StageCost, plan_from_costs, simulate)
-from autosched.runtime.pipeline.interleaved import (held_chunk_counts, interleaved_order,
+from autosched.runtime.pipeline.interleaved_schedule import (held_chunk_counts, interleaved_order,
                                                     interleaving_problem,
                                                     simulate_interleaved)
 from autosched.runtime.pipeline.launch import read_plan

@@ -12,7 +12,7 @@ schedule's critical path with transfers overlapped), or of interleaved 1F1B (v v
 stages per device) where that is faster within the budget.
 
     schedule.py            1F1B op order and the event simulation (step time, memory)
-    interleaved.py         interleaved 1F1B: torch's op order per rank, its simulation
+    interleaved_schedule.py interleaved 1F1B: torch's op order per rank, its simulation
     interleaved_plan.py    interleaved candidates: chunk boundaries and actions
     costs.py               per-layer, per-action costs; a stage's fastest fitting actions
     partition.py           boundaries and actions: exhaustive where small, else a DP

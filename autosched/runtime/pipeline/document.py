@@ -21,7 +21,7 @@
      "model": {...}, "link": {...}, "search": {...}}
 
 Version 2 adds the interleaved schedule: "schedule": "interleaved-1F1B" with
-"virtual_stages": v >= 2 (torch's ScheduleInterleaved1F1B, interleaved.py), boundaries
+"virtual_stages": v >= 2 (torch's ScheduleInterleaved1F1B, interleaved_schedule.py), boundaries
 then split the layers into S * v chunks, predicted.stages has one row per rank (its
 chunks summed; held_micro_batches counts chunk micro-batches) and predicted.chunks one
 per chunk; it has no transfers. A 1F1B plan is still written as version 1 (virtual_stages

@@ -19,7 +19,7 @@ import itertools
 import math
 
 from .costs import Link, ModelCosts, frontiers, stage_extra
-from .interleaved import held_chunk_counts, interleaving_problem, simulate_interleaved
+from .interleaved_schedule import held_chunk_counts, interleaving_problem, simulate_interleaved
 from .partition import BYTES_SLACK, EXHAUSTIVE, Candidate
 from .schedule import StageCost
 

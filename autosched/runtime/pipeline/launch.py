@@ -72,7 +72,7 @@ def read_plan(doc) -> RunPlan:
     them through parking.py)."""
     from ..actions import ACTIONS
 
-    from .interleaved import interleaving_problem
+    from .interleaved_schedule import interleaving_problem
 
     check_pipeline_header(doc)
     stages = _need(doc, "stages", int, "a positive integer")

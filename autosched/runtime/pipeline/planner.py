@@ -15,7 +15,7 @@ from ..units import format_bytes
 from .bpipe import balance, options_by_stage
 from .costs import Link, ModelCosts
 from .document import INTERLEAVED, SCHEDULE, PipelinePlan
-from .interleaved import interleaving_problem
+from .interleaved_schedule import interleaving_problem
 from .interleaved_plan import InterleavedSearch
 from .partition import EXHAUSTIVE, Candidate, Search, least_budget
 from .schedule import StageCost
