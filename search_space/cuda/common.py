@@ -50,6 +50,22 @@ def _exists(sch, name: str) -> bool:
         return False
 
 
+def fold_consumers(sch, block) -> None:
+    """Fold the chain of single consumers after `block` into it (a padding's slice, the
+    reindex copy, bias, activation, casts) until one does not fold (it reads the output
+    at other points, or is another reduction: it stays its own kernel)."""
+    from tvm.s_tir.schedule import ScheduleError
+
+    for _ in range(16):
+        consumers = sch.get_consumers(block)
+        if len(consumers) != 1:
+            return
+        try:
+            sch.reverse_compute_inline(consumers[0])
+        except ScheduleError:
+            return
+
+
 def is_bound(sch, block) -> bool:
     return any(sch.get(lp).thread_binding is not None for lp in sch.get_loops(block))
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 from ..decisions import Decider, InvalidCandidate
 from ..sketch import Sketch
 from .analysis import classify
-from .common import bind_unbound, inline_spatial, is_bound
+from .common import bind_unbound, fold_consumers, inline_spatial, is_bound
 from .gemm_form import BATCH, K, M, N, gemm_roles, to_gemm_form
 from .limits import GpuLimits
 
@@ -186,7 +186,7 @@ def schedule_simt_gemm(sch, name: str, decide: Decider, limits: GpuLimits) -> No
     # the real extents) is the write-back, with the epilogue folded in
     sch.set_scope(block, 0, "local")
     (writeback,) = sch.get_consumers(block)
-    _fold_consumers(sch, writeback)
+    fold_consumers(sch, writeback)
     sch.reverse_compute_at(writeback, thread)
     rows, cols = sch.get_loops(writeback)[-2:]
     sch.unroll(rows)
@@ -257,20 +257,6 @@ def _stores_rows(sch, writeback) -> bool:
             and int(store.buffer.shape[-1]) % VECTOR == 0)
 
 
-def _fold_consumers(sch, block) -> None:
-    """Fold the chain of single consumers after `block` into it (the reindex copy,
-    bias, activation) until one does not fold (it reads the output at other points, or
-    is another reduction: it stays its own kernel)."""
-    from tvm.s_tir.schedule import ScheduleError
-
-    for _ in range(16):
-        consumers = sch.get_consumers(block)
-        if len(consumers) != 1:
-            return
-        try:
-            sch.reverse_compute_inline(consumers[0])
-        except ScheduleError:
-            return
 
 
 def _inline_producers(sch, copy) -> None:

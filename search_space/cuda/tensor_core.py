@@ -41,6 +41,7 @@ from .common import (
     UNROLL_STEPS,
     annotate_unroll,
     bind_unbound,
+    fold_consumers,
     inline_spatial,
     try_inline,
 )
@@ -295,7 +296,7 @@ def _stage_output(sch, block, ty, intrin, on: Realization) -> None:
     sch.set_scope(block, 0, on.scope(OUT_SCOPE))
     frag_wb = sch.cache_write(block, 0, on.scope(FRAG_SCOPE))
     (writeback,) = sch.get_consumers(frag_wb)
-    _fold_consumers(sch, writeback)
+    fold_consumers(sch, writeback)
     sch.reverse_compute_at(frag_wb, ty)
     r, c = sch.get_loops(frag_wb)[-2:]
     r0, r1 = sch.split(r, [None, TILE])
@@ -310,17 +311,3 @@ def _stage_output(sch, block, ty, intrin, on: Realization) -> None:
     on.tensorize(sch, r1, intrin.store)
 
 
-def _fold_consumers(sch, block) -> None:
-    """Fold the chain of single consumers after `block` into it (the padding's slice,
-    the reindex copy, bias, activation, casts) until one does not fold (it reads the
-    output at other points: it stays its own kernel)."""
-    from tvm.s_tir.schedule import ScheduleError
-
-    for _ in range(16):
-        consumers = sch.get_consumers(block)
-        if len(consumers) != 1:
-            return
-        try:
-            sch.reverse_compute_inline(consumers[0])
-        except ScheduleError:
-            return

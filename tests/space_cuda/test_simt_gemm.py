@@ -5,11 +5,8 @@ loads and no local-memory spills in their SASS."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -200,16 +197,10 @@ def test_candidates_compile_with_128_bit_loads_and_no_spills():
     """In a subprocess: a process that compiled CUDA keeps TVM's CUDA runtime
     registered. The opcode counts name an instruction by the part before its first
     dot (`LDG.E.128` counts as `LDG`), so the widths are read from the SASS text."""
-    from support.sass_tools import skip_without_cuobjdump
+    from support.sass_tools import run_compile_script, skip_without_cuobjdump
 
     skip_without_cuobjdump()
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-c", COMPILE, str(Path(__file__).parent)],
-                         env=env, capture_output=True, text=True, timeout=600, cwd=ROOT,
-                         check=False)
-    assert run.returncode == 0, run.stderr[-3000:]
-    line = next(ln for ln in run.stdout.splitlines() if ln.startswith("RESULT "))
-    rows = json.loads(line[len("RESULT "):])
+    rows = run_compile_script(COMPILE, Path(__file__).parent)
     assert [(r["arch"], r["what"]) for r in rows] == [
         ("sm_80", "fixed"), ("sm_80", "sampled"), ("sm_90a", "fixed"), ("sm_90a", "sampled")]
     for r in rows:

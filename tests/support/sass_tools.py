@@ -1,8 +1,16 @@
-"""Skips for tests that read SASS without a GPU: nvcc compiles, cuobjdump disassembles
+"""Helpers for tests that read SASS without a GPU: nvcc compiles, cuobjdump disassembles
 (the pip package nvidia-cuda-cuobjdump, found by autosched.measure.cuda.sass)."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def skip_without_cuobjdump() -> None:
@@ -11,3 +19,15 @@ def skip_without_cuobjdump() -> None:
 
     if not sass.available():
         pytest.skip("needs cuobjdump (pip install nvidia-cuda-cuobjdump)")
+
+
+def run_compile_script(script: str, tests_dir) -> list:
+    """Run `script` (Python source taking the tests folder as argv[1]) in a subprocess
+    -- a process that compiled CUDA keeps TVM's CUDA runtime registered -- and return
+    the JSON list it prints on its line starting "RESULT "."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    run = subprocess.run([sys.executable, "-c", script, str(tests_dir)], env=env,
+                         capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    line = next(ln for ln in run.stdout.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
