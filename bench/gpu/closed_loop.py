@@ -40,8 +40,8 @@ ROOT = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(HERE.parent)]        # gpu_cases, stage; then provenance
 
 from bounded import run_bounded  # noqa: E402
+from stage import STAGED  # noqa: E402
 
-STAGED = "AUTOSCHED_STAGED"
 RUN_DIR = HERE / "run"                               # ignored: the run's database, logs
 
 
@@ -104,24 +104,12 @@ def main(argv=None) -> int:
     ap.add_argument("--metaschedule-case", help=argparse.SUPPRESS)   # the child of a step
     args = ap.parse_args(argv)
     if os.environ.get(STAGED) != "1" and not args.rehearse:
-        return reexec_staged(argv)
+        import stage
+
+        return stage.reexec_staged(__file__, "closed loop", argv)
     if args.metaschedule_case:
         return metaschedule_child(args)
     return run(args)
-
-
-def reexec_staged(argv) -> int:
-    """Assemble the staged tuner (stage 1 unpacked on this machine) and run under it."""
-    import stage
-
-    try:
-        env = dict(stage.staged_env(ROOT), **{STAGED: "1"})
-    except stage.StageError as e:
-        print(f"closed loop: {e}", file=sys.stderr)
-        return 2
-    argv = sys.argv[1:] if argv is None else list(argv)
-    os.execve(sys.executable, [sys.executable, __file__, *argv], env)
-    return 1  # not reached
 
 
 def chosen_cases(args) -> tuple[list, list]:

@@ -44,6 +44,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]        # closed_loop, stage; then p
 
 import closed_loop  # noqa: E402
 from bounded import run_bounded  # noqa: E402
+from stage import STAGED  # noqa: E402
 
 STEPS = {"e2e_gpt": 4.0, "e2e_resnet": 3.0, "training_plans": 3.0}   # step: weight
 DEVICE = {"device": "cuda", "dtype": "bf16", "size": "gpu", "rounds": 10, "calls": 5,
@@ -144,23 +145,11 @@ def main(argv=None) -> int:
         for name, cmd in cmds.items():
             print(f"{name} (weight {STEPS[name]:g}): {' '.join(cmd)}")
         return 0
-    if os.environ.get(closed_loop.STAGED) != "1" and not args.rehearse:
-        return reexec_staged(argv)
+    if os.environ.get(STAGED) != "1" and not args.rehearse:
+        import stage
+
+        return stage.reexec_staged(__file__, "model path", argv)
     return run(args, s, cmds, out)
-
-
-def reexec_staged(argv) -> int:
-    """The staged tuner (stage 1 unpacked on this machine) as this script's environment."""
-    import stage
-
-    try:
-        env = dict(stage.staged_env(ROOT), **{closed_loop.STAGED: "1"})
-    except stage.StageError as e:
-        print(f"model path: {e}", file=sys.stderr)
-        return 2
-    argv = sys.argv[1:] if argv is None else list(argv)
-    os.execve(sys.executable, [sys.executable, __file__, *argv], env)
-    return 1  # not reached
 
 
 def run(args, s: dict, cmds: dict, out: Path) -> int:

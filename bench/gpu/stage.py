@@ -98,6 +98,25 @@ class Transfer(NamedTuple):
         return self.tree_bytes + sum(self.carried.values())
 
 
+STAGED = "AUTOSCHED_STAGED"   # set in the environment of a script re-run under the stage
+
+
+def reexec_staged(script: str, label: str, argv=None) -> int:
+    """Re-run `script` (a device script's own file) under the staged tuner (stage 1
+    unpacked on this machine), with `STAGED` set so it runs its work instead of coming
+    back here; 2 with one line prefixed by `label` when the stage is not in place."""
+    import os
+
+    try:
+        env = dict(staged_env(ROOT), **{STAGED: "1"})
+    except StageError as e:
+        print(f"{label}: {e}", file=sys.stderr)
+        return 2
+    argv = sys.argv[1:] if argv is None else list(argv)
+    os.execve(sys.executable, [sys.executable, script, *argv], env)
+    return 1  # not reached
+
+
 def verdict(transfer: Transfer, limit: int = LIMIT_BYTES) -> tuple[bool, str]:
     """Whether the transfer fits `limit`, and one line saying what it carries."""
     fits = transfer.total <= limit
