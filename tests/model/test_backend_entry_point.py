@@ -11,58 +11,26 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch import nn  # noqa: E402
+from support.mlp_library import mlp_and_input, mlp_loss  # noqa: E402
 
 TOL = {"rtol": 1e-4, "atol": 1e-5}  # kernels reduce in another order than torch
 
 
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 4)
-
-    def forward(self, x):
-        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
-
-
-def _loss(out):
-    return out.square().mean()
-
-
-def _model_and_input():
-    torch.manual_seed(0)
-    return MLP(), torch.randn(8, 8)
-
-
 @pytest.fixture(scope="module")
 def model_library(tmp_path_factory):
-    """DIR of a model library holding a kernel for every task of MLP's training step."""
-    from support.torch_library import compile_kernels, kernel_entry, write_manifest
+    """DIR of a CPU model library with a kernel for every task of MLP's training step,
+    every one chosen by model_ops.json."""
+    from support.mlp_library import chosen_mlp_library
 
-    from autosched.model.choice import OpChoice, write_choices
-    from autosched.model.extract import extract
-    from autosched.model.tuning import model_tasks
-    from autosched.model.modelfile import ModelSpec
-
-    model, x = _model_and_input()
-    found = extract(ModelSpec("mlp.py", model, (x,), _loss), train=True)
-    tasks = model_tasks(found)
-    directory = tmp_path_factory.mktemp("model") / "lib"
-    target, symbols = compile_kernels(directory, tasks)
-    write_manifest(directory, target, [kernel_entry(t, s, {}) for t, s in zip(tasks, symbols)])
-    # torch "recorded" at 1 s, every kernel at 1 ns: model_ops.json chooses them all
-    write_choices(str(directory), "mlp.py", True, [
-        OpChoice(op.workload, dict(op.params), op.count, dict(op.ops), t.key, 1.0, 1e-9, 1, 2)
-        for op, t in zip(found.ops, tasks)])
-    return directory
+    return chosen_mlp_library(tmp_path_factory.mktemp("model") / "lib")
 
 
 def _training_step(backend, options=None):
     """(loss, gradients) of one step of a fresh MLP compiled with `backend`."""
-    model, x = _model_and_input()
+    model, x = mlp_and_input()
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend, options=options, dynamic=False)
-    loss = _loss(compiled(x))
+    loss = mlp_loss(compiled(x))
     loss.backward()
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
@@ -127,7 +95,7 @@ def test_equal_options_share_one_backend_until_dynamo_resets(model_library):
     first = autosched.model.backend_of(options)
     assert autosched.model.backend_of({"library": model_library, "compiler": "eager"}) is first
     assert autosched.model.backend_of({"library": str(model_library)}) is not first  # "auto"
-    model, x = _model_and_input()
+    model, x = mlp_and_input()
     with torch.no_grad():
         torch.compile(model.eval(), backend="autosched", options=dict(options))(x)
     assert {d.graph for d in first.decisions} == {"inference"}
@@ -136,7 +104,7 @@ def test_equal_options_share_one_backend_until_dynamo_resets(model_library):
 
 
 def _first_call_error(options, mode=None):
-    model, x = _model_and_input()
+    model, x = mlp_and_input()
     torch._dynamo.reset()
     kwargs = {"options": options} if mode is None else {"mode": mode}
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as e:

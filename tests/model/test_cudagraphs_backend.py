@@ -10,48 +10,16 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch import nn  # noqa: E402
-
-
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 4)
-
-    def forward(self, x):
-        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
-
-
-def _loss(out):
-    return out.square().mean()
-
-
-def _model_and_input():
-    torch.manual_seed(0)
-    return MLP(), torch.randn(8, 8)
+from support.mlp_library import mlp_and_input, mlp_loss  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def model_library(tmp_path_factory):
     """DIR of a CPU model library with a kernel for every task of MLP's training step,
     every one chosen by model_ops.json."""
-    from support.torch_library import compile_kernels, kernel_entry, write_manifest
+    from support.mlp_library import chosen_mlp_library
 
-    from autosched.model.choice import OpChoice, write_choices
-    from autosched.model.extract import extract
-    from autosched.model.modelfile import ModelSpec
-    from autosched.model.tuning import model_tasks
-
-    model, x = _model_and_input()
-    found = extract(ModelSpec("mlp.py", model, (x,), _loss), train=True)
-    tasks = model_tasks(found)
-    directory = tmp_path_factory.mktemp("model") / "lib"
-    target, symbols = compile_kernels(directory, tasks)
-    write_manifest(directory, target, [kernel_entry(t, s, {}) for t, s in zip(tasks, symbols)])
-    write_choices(str(directory), "mlp.py", True, [
-        OpChoice(op.workload, dict(op.params), op.count, dict(op.ops), t.key, 1.0, 1e-9, 1, 2)
-        for op, t in zip(found.ops, tasks)])
-    return directory
+    return chosen_mlp_library(tmp_path_factory.mktemp("model") / "lib")
 
 
 @pytest.fixture
@@ -91,7 +59,7 @@ def test_no_gpu_is_refused_in_one_line(decisions_only):
 
 
 def _first_call_error(options):
-    model, x = _model_and_input()
+    model, x = mlp_and_input()
     torch._dynamo.reset()
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as e:
         torch.compile(model, backend="autosched", options=options)(x)
@@ -110,7 +78,7 @@ def test_the_named_backend_takes_cudagraphs_as_an_option(decisions_only):
 def test_reduce_overhead_mode_points_at_the_option():
     from autosched.errors import UserError
 
-    model, x = _model_and_input()
+    model, x = mlp_and_input()
     torch._dynamo.reset()
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as e:
         torch.compile(model, backend="autosched", mode="reduce-overhead")(x)
@@ -126,7 +94,7 @@ def test_graph_inputs_off_the_gpu_are_refused_in_one_line(decisions_only):
 
     compiled_backend = autosched.model.backend(decisions_only, "eager")
     compiled_backend.cudagraphs = True    # as made on a GPU machine, given a CPU model
-    model, x = _model_and_input()
+    model, x = mlp_and_input()
     torch._dynamo.reset()
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as e:
         torch.compile(model, backend=compiled_backend)(x)
@@ -150,9 +118,9 @@ def _rewritten_graphs(model_library):
         return make_boxed_func(gm.forward)
 
     compiled_backend.compile_graph = keep
-    model, x = _model_and_input()
+    model, x = mlp_and_input()
     torch._dynamo.reset()
-    _loss(torch.compile(model, backend=compiled_backend, dynamic=False)(x)).backward()
+    mlp_loss(torch.compile(model, backend=compiled_backend, dynamic=False)(x)).backward()
     return graphs
 
 
@@ -189,11 +157,11 @@ def test_forward_and_backward_share_one_state_with_params_and_saved_tensors_stat
         seen.append((kind, cudagraphs, [names[i] for i in static], len(names)))
         return make_boxed_func(gm.forward)
 
-    model, x = _model_and_input()
+    model, x = mlp_and_input()
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=aot_backend(lambda gm, kind: None, record,
                                                         cudagraphs=True), dynamic=False)
-    _loss(compiled(x)).backward()
+    mlp_loss(compiled(x)).backward()
     (fw, fw_state, fw_static, _), (bw, bw_state, bw_static, bw_inputs) = seen
     assert (fw, bw) == ("forward", "backward") and fw_state is bw_state
     assert fw_static == ["primals_1", "primals_2", "primals_4", "primals_5"]  # x: primals_3
@@ -213,14 +181,14 @@ def test_torchs_checks_leave_a_cpu_graph_uncaptured_and_running():
         states.append(cudagraphs)
         return eager_graph(gm, example_inputs, kind, cudagraphs=cudagraphs)
 
-    model, x = _model_and_input()
+    model, x = mlp_and_input()
     expected = model(x)
     torch._dynamo.reset()
     skips = counters["inductor"]["cudagraph_skips"]
     compiled = torch.compile(model, backend=aot_backend(lambda gm, kind: None,
                                                         eager_recording, cudagraphs=True))
     out = compiled(x)
-    _loss(out).backward()
+    mlp_loss(out).backward()
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
     assert len(states) == 2 and states[0] is states[1] and not states[0].enabled
     assert counters["inductor"]["cudagraph_skips"] == skips + 1   # the forward's, once
@@ -235,7 +203,7 @@ def test_inductor_takes_the_cudagraph_arguments_and_its_checks_refuse_a_cpu_grap
         states.append((kind, cudagraphs))
         return inductor_graph(gm, example_inputs, kind, cudagraphs=cudagraphs)
 
-    model, x = _model_and_input()
+    model, x = mlp_and_input()
     torch._dynamo.reset()
     compiled = torch.compile(model.fc1, backend=aot_backend(lambda gm, kind: None,
                                                             inductor_recording,
