@@ -57,7 +57,8 @@ def test_cases_match_the_workloads_specs_and_flops():
 
 def test_the_cases_cover_the_brief_and_fit_the_suggested_time():
     names = {c.name for c in gc.CASES}
-    assert {"tc_matmul_fp16_4096", "tc_matmul_bf16_4096", "tc_matmul_fp16_4000x3000x1024",
+    assert {"tc_matmul_fp16_4096", "tc_matmul_bf16_4096", "tc_matmul_fp16_8192",
+            "tc_matmul_bf16_8192", "tc_matmul_fp16_4000x3000x1024",
             "matmul_fp32_4096", "tc_batch_matmul_fp16_32x1024x1024x128",
             "layer_norm_8192x1024", "softmax_4096",
             "tc_conv2d_nhwc_fp16_resnet50_3x3_64"} == names
