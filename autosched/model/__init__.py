@@ -19,7 +19,7 @@ Where things are:
     conv_layouts.py    channels_last convolutions -> the NHWC workloads, fed permuted views
     graphs.py          dynamo + AOTAutograd: the aten graphs of a model, and a pass over each
     workloads.py  te_ops.py   the TE workloads of those operators and their torch twins
-                       (te_conv_nhwc.py: the NHWC convolutions)
+                       (te_conv.py: the convolutions in each layout, te_conv_nhwc.py: NHWC)
     dtypes.py          the dtypes generated (float32, float16, bfloat16) and how each computes
     baseline.py        torch's latency per task as a versioned database record
     choice.py          per task: torch ms, kernel ms, which one runs (model_ops.json)

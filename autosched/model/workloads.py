@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from ..workload import WorkloadDef, definition
+from .te_conv import conv1d, conv2d, conv2d_grad_bias, conv2d_grad_input, conv2d_grad_weight
 from .te_conv_nhwc import (
     conv2d_nhwc,
     conv2d_nhwc_grad_bias,
@@ -30,11 +31,6 @@ from .te_conv_nhwc import (
 )
 from .te_ops import (
     bmm,
-    conv1d,
-    conv2d,
-    conv2d_grad_bias,
-    conv2d_grad_input,
-    conv2d_grad_weight,
     gelu,
     gelu_backward,
     layer_norm,
