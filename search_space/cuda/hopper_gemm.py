@@ -2,9 +2,13 @@
 
 C[M, N] = A[M, K] x B[K, N] (or x B[N, K]^T), for each of `batch` matrices when batched
 (C[b] = A[b] x B[b], the batch a third TMA dimension and a factor of the grid), A and B
-in fp16 or bf16, accumulated in fp32 registers, written as fp32, fp16 or bf16. One thread block computes a BM x BN tile
-of C (blocks walk the tiles in groups of `raster` tile rows, so neighbouring blocks share
-A and B panels in L2):
+in fp16 or bf16, accumulated in fp32 registers, written as fp32, fp16 or bf16 (C, or
+an elementwise epilogue of C). One thread block computes a BM x BN tile of C at a
+time (tiles are walked in groups of `raster` tile rows, so neighbouring blocks share A
+and B panels in L2): one block per tile, or, when `persistent`, one block per SM, block
+c computing tiles c, c + grid, ... with its ring of shared slots and their mbarrier
+phases running on from one tile into the next (`chunk_of`, `ring_at`), so the producer
+loads the next tile while the consumers write the last one back:
 
 - warp specialisation: `consumers` (1 or 2) consumer warpgroups and one producer
   warpgroup (the last 128 threads); with two consumers the producer lowers its register
@@ -17,12 +21,16 @@ A and B panels in L2):
   Each slot has a "full" mbarrier (the producer arrives with the byte count the TMA
   completes) and an "empty" one (each consumer warp arrives once its wgmmas that read
   the slot are done: one wgmma group stays in flight, so a slot is released one chunk
-  later);
+  later, a tile's last one after its final wait when another tile follows);
 - consumer warpgroup w computes rows [w * BM / consumers, ...) of the tile with
   `wgmma.mma_async.m64n{BN}k16` (shared-memory descriptors for A and B; B K-major for
   B[N, K], MN-major for B[K, N]), one per 64 rows and 16-wide K step;
-- write-back: each thread stores its accumulators straight from registers to C with
-  bounds predicates.
+- write-back: each thread stores its accumulators straight from registers to the
+  output with bounds predicates, each through the task's epilogue when it has one
+  (`hopper_gemm_epilogue.py`: bias, activation, casts, a residual... composed into one
+  expression, its operands read from global memory, C never stored); a thread's
+  registers hold pairs of adjacent columns, stored as one 32-bit word (16-bit outputs)
+  or 64-bit word (fp32) where the row length is even (`pairs_fit`).
 
 Addresses, boxes, descriptors, the tile walk and the accumulator layout come from
 `hopper_gemm_layout.py` (plain Python, checked on the CPU).
@@ -37,16 +45,22 @@ carries `PIPELINE_ATTR` = "tirx" so the CUDA builder knows (`measure/cuda/compil
 """
 from __future__ import annotations
 
+from .hopper_gemm_epilogue import PACKED, Epilogue, identity, pair_value, pairs_fit
 from .hopper_gemm_layout import (
     INPUTS,
+    SMS,
     WG,
     GemmShape,
     HopperConfig,
     a_rows_at,
     b_at,
+    chunk_of,
     fragment_at,
+    grid_of,
     plan,
     problem_of,
+    ring_at,
+    tile_at,
     tile_of,
 )
 
@@ -59,9 +73,13 @@ def _ceil(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
-def hopper_gemm(shape: GemmShape, cfg: HopperConfig):
-    """The TIRx PrimFunc of the kernel (see the module docstring), with parameters
-    (A, B, C); ValueError when `cfg` or `shape` cannot be built."""
+def hopper_gemm(shape: GemmShape, cfg: HopperConfig, epilogue: Epilogue | None = None,
+                params: list | None = None, sms: int = SMS):
+    """The TIRx PrimFunc of the kernel (see the module docstring), writing
+    `epilogue`'s value of each element of C to the output (C itself when None), with
+    parameters (A, B, C) or as `params` orders them (`_in_task_order`); ValueError when
+    `cfg` or `shape` cannot be built."""
+    import tvm
     from tvm.script import tirx as T
 
     problem = problem_of(shape, cfg)
@@ -87,12 +105,18 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig):
         return [*coords, bb] if lead else list(coords)
     wgmma = f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{ab}.{ab}"
     stage_bytes, smem_total, b_boxes = lay.stage_bytes, lay.total, pb.boxes
+    value = (epilogue or identity(out_dt)).value
+    out_bits = tvm.DataType(out_dt).bits
+    PAIRS = pairs_fit(N, out_dt)
+    TOTAL = TILES * BATCH
+    GRID = grid_of(TOTAL, cfg, sms)
+    ROUNDS = _ceil(TOTAL, GRID)           # tiles a block computes, at most
 
     def accs(acc, j):
         return [acc[j * ACC + i] for i in range(ACC)]
 
     # fmt: off
-    @T.prim_func
+    @T.prim_func(check_well_formed=False)   # checked once its operands are parameters
     def main(a_ptr: T.handle, b_ptr: T.handle, c_ptr: T.handle):
         A = T.match_buffer(a_ptr, (*lead, M, K), in_dt, align=16)
         B = T.match_buffer(b_ptr, (*lead, *pb.tensor), in_dt, align=16)
@@ -103,7 +127,7 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig):
         T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, in_dt, rank, B.data, *b_args)
 
         T.device_entry()
-        cta = T.cta_id([TILES * BATCH])
+        cta = T.cta_id([GRID])
         tid = T.thread_id([WG * (NC + 1)])
         smem = T.alloc_buffer((smem_total,), "uint8", scope="shared.dyn", align=1024)
         bars = T.alloc_buffer((2 * S,), "uint64", scope="shared", align=8)
@@ -112,9 +136,8 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig):
         desc_b: T.uint64
 
         wg = T.meta_var(tid // WG)
-        bb = T.meta_var(cta // TILES)
-        tm, tn = T.meta_var(tile_of(cta % TILES, tiles_m, tiles_n, G, T.min))
         c_flat = T.decl_buffer((BATCH * M * N,), out_dt, data=C.data)
+        c_pairs = T.decl_buffer((BATCH * M * N // 2,), PACKED[out_bits], data=C.data)
 
         if tid == 0:
             for s in T.unroll(S):
@@ -127,61 +150,127 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig):
             if NC > 1:
                 T.ptx["setmaxnreg.dec.sync.aligned.u32"](PRODUCER_REGS)
             if tid % WG == 0:
-                for kt in T.serial(KT):
-                    s = T.meta_var(kt % S)
-                    if kt >= S:
-                        T.cuda.mbarrier_wait(T.address_of(bars[S + s]), (kt // S - 1) % 2)
-                    T.ptx.mbarrier.arrive.expect_tx.shared.b64(
-                        T.address_of(bars[s]), T.uint32(stage_bytes))
-                    T.ptx[tma_load](T.address_of(smem[s * stage_bytes]), T.address_of(a_map),
-                                    *at(bb, kt * BK, tm * BM), T.address_of(bars[s]))
-                    for j in T.unroll(b_boxes):
-                        if pb.mn_major == 1:   # box j: columns [64 j, 64 j + 64) of B's tile
-                            T.ptx[tma_load](
-                                T.address_of(smem[b_at(lay, s, 0) + j * pb.box_bytes]),
-                                T.address_of(b_map), *at(bb, tn * BN + j * pb.box[0], kt * BK),
-                                T.address_of(bars[s]))
-                        else:
-                            T.ptx[tma_load](T.address_of(smem[b_at(lay, s, 0)]),
-                                            T.address_of(b_map), *at(bb, kt * BK, tn * BN),
+                for rt in T.serial(ROUNDS):
+                    tile = T.meta_var(tile_at(cta, rt, GRID))
+                    bb = T.meta_var(tile // TILES)
+                    tm, tn = T.meta_var(tile_of(tile % TILES, tiles_m, tiles_n, G, T.min))
+                    if tile < TOTAL:
+                        for kt in T.serial(KT):
+                            s, ph = T.meta_var(ring_at(chunk_of(rt, kt, KT), S))
+                            if chunk_of(rt, kt, KT) >= S:   # slot's previous chunk released
+                                T.cuda.mbarrier_wait(T.address_of(bars[S + s]), 1 - ph)
+                            T.ptx.mbarrier.arrive.expect_tx.shared.b64(
+                                T.address_of(bars[s]), T.uint32(stage_bytes))
+                            T.ptx[tma_load](T.address_of(smem[s * stage_bytes]),
+                                            T.address_of(a_map), *at(bb, kt * BK, tm * BM),
                                             T.address_of(bars[s]))
+                            for j in T.unroll(b_boxes):
+                                if pb.mn_major == 1:   # box j: columns [64 j, 64 j + 64)
+                                    T.ptx[tma_load](
+                                        T.address_of(smem[b_at(lay, s, 0) + j * pb.box_bytes]),
+                                        T.address_of(b_map),
+                                        *at(bb, tn * BN + j * pb.box[0], kt * BK),
+                                        T.address_of(bars[s]))
+                                else:
+                                    T.ptx[tma_load](T.address_of(smem[b_at(lay, s, 0)]),
+                                                    T.address_of(b_map),
+                                                    *at(bb, kt * BK, tn * BN),
+                                                    T.address_of(bars[s]))
         else:
             if NC > 1:
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGS)
-            for i in T.serial(MI * ACC):
-                acc[i] = T.float32(0)
-            for kt in T.serial(KT):
-                s = T.meta_var(kt % S)
-                T.cuda.mbarrier_wait(T.address_of(bars[s]), (kt // S) % 2)
-                T.ptx.wgmma.fence.sync.aligned()
-                for kk in T.unroll(BK // 16):
-                    T.cuda.wgmma.encode_matrix_descriptor(
-                        T.address_of(desc_b), T.address_of(smem[b_at(lay, s, kk)]),
-                        pb.ldo, pb.sbo, pb.swizzle)
+            for rt in T.serial(ROUNDS):
+                tile = T.meta_var(tile_at(cta, rt, GRID))
+                bb = T.meta_var(tile // TILES)
+                tm, tn = T.meta_var(tile_of(tile % TILES, tiles_m, tiles_n, G, T.min))
+                if tile < TOTAL:
+                    for i in T.serial(MI * ACC):
+                        acc[i] = T.float32(0)
+                    for kt in T.serial(KT):
+                        s, ph = T.meta_var(ring_at(chunk_of(rt, kt, KT), S))
+                        T.cuda.mbarrier_wait(T.address_of(bars[s]), ph)
+                        T.ptx.wgmma.fence.sync.aligned()
+                        for kk in T.unroll(BK // 16):
+                            T.cuda.wgmma.encode_matrix_descriptor(
+                                T.address_of(desc_b), T.address_of(smem[b_at(lay, s, kk)]),
+                                pb.ldo, pb.sbo, pb.swizzle)
+                            for j in T.unroll(MI):
+                                T.cuda.wgmma.encode_matrix_descriptor(
+                                    T.address_of(desc_a), T.address_of(
+                                        smem[a_rows_at(lay, cfg, s, wg * WM + j * 64, kk)]),
+                                    pa.ldo, pa.sbo, pa.swizzle)
+                                T.ptx[wgmma](*accs(acc, j), desc_a, desc_b, T.bool(True), 1,
+                                             1, 0, pb.mn_major)
+                        T.ptx.wgmma.commit_group.sync.aligned()
+                        # one group stays in flight: the previous chunk's is done, its
+                        # slot free
+                        T.ptx.wgmma.wait_group.sync.aligned(1)
+                        if kt > 0 and tid % 32 == 0:
+                            T.ptx.mbarrier.arrive.shared.b64(
+                                T.address_of(bars[S + (chunk_of(rt, kt, KT) + S - 1) % S]),
+                                T.uint32(1))
+                    T.ptx.wgmma.wait_group.sync.aligned(0)
+                    if ROUNDS > 1 and tid % 32 == 0:   # the tile's last slot, for the next
+                        T.ptx.mbarrier.arrive.shared.b64(
+                            T.address_of(bars[S + (chunk_of(rt, KT - 1, KT)) % S]),
+                            T.uint32(1))
+                    # write-back from the wgmma accumulator layout, the epilogue applied
+                    # to each accumulator; a thread's registers h, h + 1 are adjacent
+                    # columns: one store of both where rows keep pairs aligned
                     for j in T.unroll(MI):
-                        T.cuda.wgmma.encode_matrix_descriptor(
-                            T.address_of(desc_a),
-                            T.address_of(smem[a_rows_at(lay, cfg, s, wg * WM + j * 64, kk)]),
-                            pa.ldo, pa.sbo, pa.swizzle)
-                        T.ptx[wgmma](*accs(acc, j), desc_a, desc_b, T.bool(True), 1, 1, 0,
-                                     pb.mn_major)
-                T.ptx.wgmma.commit_group.sync.aligned()
-                # one group stays in flight: the previous chunk's is done, its slot free
-                T.ptx.wgmma.wait_group.sync.aligned(1)
-                if kt > 0 and tid % 32 == 0:
-                    T.ptx.mbarrier.arrive.shared.b64(T.address_of(bars[S + (kt + S - 1) % S]),
-                                                     T.uint32(1))
-            T.ptx.wgmma.wait_group.sync.aligned(0)
-            # write-back from the wgmma accumulator layout, bounds-predicated
-            for j in T.unroll(MI):
-                for i in T.unroll(ACC // 4):
-                    for h in T.unroll(4):
-                        r, c = T.meta_var(fragment_at(tid % WG, i, h))
-                        row = T.meta_var(tm * BM + wg * WM + j * 64 + r)
-                        col = T.meta_var(tn * BN + c)
-                        if row < M and col < N:
-                            c_flat[(bb * M + row) * N + col] = T.Cast(
-                                out_dt, acc[j * ACC + i * 4 + h])
+                        for i in T.unroll(ACC // 4):
+                            if PAIRS:
+                                for h in T.unroll(2):
+                                    r, c = T.meta_var(fragment_at(tid % WG, i, 2 * h))
+                                    row = T.meta_var(tm * BM + wg * WM + j * 64 + r)
+                                    col = T.meta_var(tn * BN + c)
+                                    if row < M and col < N:   # N even: col + 1 < N too
+                                        c_pairs[((bb * M + row) * N + col) // 2] = pair_value(
+                                            value(acc[j * ACC + i * 4 + 2 * h], bb, row, col),
+                                            value(acc[j * ACC + i * 4 + 2 * h + 1], bb, row,
+                                                  col + 1), out_bits)
+                            else:
+                                for h in T.unroll(4):
+                                    r, c = T.meta_var(fragment_at(tid % WG, i, h))
+                                    row = T.meta_var(tm * BM + wg * WM + j * 64 + r)
+                                    col = T.meta_var(tn * BN + c)
+                                    if row < M and col < N:
+                                        c_flat[(bb * M + row) * N + col] = value(
+                                            acc[j * ACC + i * 4 + h], bb, row, col)
     # fmt: on
 
-    return main.with_attr(PIPELINE_ATTR, "tirx")
+    if epilogue is not None and epilogue.operands:
+        main = _declare(main, zip(epilogue.flat_views(), epilogue.operands))
+    func = _in_task_order(main, params)
+    tvm.tirx.analysis.verify_well_formed(func)
+    return func.with_attr(PIPELINE_ATTR, "tirx")
+
+
+def _declare(main, views):
+    """`main` with the (buffer, over the data of) pairs `views` declared at the start
+    of its device code, after its own declarations (the epilogue reads its operands
+    through them)."""
+    from tvm import tirx
+
+    host = list(main.body.seq)
+    at = next(i for i, st in enumerate(host) if isinstance(st, tirx.AttrStmt)
+              and st.attr_key == "tirx.device_entry")
+    dev = host[at]
+    seq = list(dev.body.seq)
+    last = max(i for i, st in enumerate(seq) if isinstance(st, tirx.DeclBuffer))
+    seq[last + 1:last + 1] = [tirx.DeclBuffer(v, data=p.data) for v, p in views]
+    host[at] = tirx.AttrStmt(dev.node, dev.attr_key, dev.value, tirx.SeqStmt(seq))
+    return main.with_body(tirx.SeqStmt(host))
+
+
+def _in_task_order(main, params):
+    """`main` with the task's parameters in the task's order: `params` lists, per
+    parameter, "A", "B", "C" (the kernel's own) or the task's buffer of an epilogue
+    operand; None keeps (A, B, C)."""
+    if params is None:
+        return main
+    from tvm import tirx
+
+    own = dict(zip("ABC", main.params))
+    ordered = [own[p] if isinstance(p, str) else p for p in params]
+    return tirx.PrimFunc(ordered, main.body, main.ret_type, main.attrs)

@@ -20,6 +20,7 @@ WG = 128                      # threads in a warpgroup
 ELEM = 2                      # bytes of a 16-bit input element
 SWIZZLE_BYTES = {3: 128, 2: 64}   # CUtensorMapSwizzle value -> bytes of a swizzled row
 MN_BOX = 64                   # columns of one MN-major box (128 bytes, the swizzle span)
+SMS = 132                     # streaming multiprocessors of an sm_90a GPU (H100 / H200 SXM)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class HopperConfig:
     stages: int = 4
     consumers: int = 2
     raster: int = 8
+    persistent: bool = False  # a grid of one block per SM, each looping over tiles
 
     @property
     def m_iters(self) -> int:
@@ -197,3 +199,30 @@ def fragment_at(t, i, h):
     its thread `t` (0..127): rows 16 per warp, lane / 4 (+ 8 for h >= 2); columns 8 per
     i, 2 * (lane % 4) (+ 1 for odd h)."""
     return t // 32 * 16 + t % 32 // 4 + h // 2 * 8, i * 8 + t % 4 * 2 + h % 2
+
+
+def grid_of(total: int, cfg: HopperConfig, sms: int = SMS) -> int:
+    """Thread blocks the kernel launches for `total` tiles: one per tile, or, when
+    persistent, one per SM (at most one per tile), block `c` computing tiles c,
+    c + grid, c + 2 grid, ... (`tile_at`)."""
+    return min(sms, total) if cfg.persistent else total
+
+
+def tile_at(cta, round_, grid: int):
+    """The tile block `cta` computes in its round `round_` (valid while below the
+    number of tiles: a block's valid rounds are a prefix)."""
+    return cta + round_ * grid
+
+
+def chunk_of(round_, kt, k_tiles: int):
+    """The position of K chunk `kt` of a block's round `round_` in everything that
+    block has loaded: the ring of shared slots and its mbarrier phases run on across
+    the block's tiles."""
+    return round_ * k_tiles + kt
+
+
+def ring_at(chunk, stages: int):
+    """(slot, parity) of a block's chunk `chunk`: it occupies slot chunk % stages, its
+    use number chunk // stages of that slot, so its "full" barrier completes the phase
+    of that parity; the slot's previous chunk's "empty" phase has the other parity."""
+    return chunk % stages, chunk // stages % 2

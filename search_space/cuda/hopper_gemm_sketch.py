@@ -1,15 +1,22 @@
 """The `wgmma` sketch: a task's GEMM computed by the Hopper kernel of `hopper_gemm.py`
 (wgmma fed by TMA through an mbarrier ring, warp-specialised), on sm_90a only.
 
-It applies to a task that is one GEMM and nothing else: C[M, N] = sum_k A[M, K] * B[K, N]
+It applies to a task whose first block is a GEMM, C[M, N] = sum_k A[M, K] * B[K, N]
 (or B[N, K]), or its batched form (C[b] = A[b] x B[b], batch leading), with fp16 or bf16
-inputs (casts inside the sum allowed), C in fp32, fp16 or bf16, the function's
-parameters being A, B, C in that order, and rows TMA can address
-(`hopper_gemm_layout.tma_compatible`). The kernel always accumulates in fp32, also where the
-workload sums in its 16-bit output type (at least as accurate as the reference).
+inputs (casts inside the sum allowed), followed by a chain of elementwise consumers of
+C ending in the function's output -- bias, activations, casts, a residual: the
+epilogue `hopper_gemm_epilogue.extract` reads off the blocks, refusing what the
+write-back cannot compute -- with the output in fp32, fp16 or bf16 and rows TMA can
+address (`hopper_gemm_layout.tma_compatible`). The kernel keeps the function's
+parameters in their order (A, B and the epilogue's operands in any order, the output
+last; `explain` says why a task does not fit). It always accumulates in fp32, also
+where the workload sums in its 16-bit output type (at least as accurate as the
+reference).
 
 Unlike the other sketches it does not transform the task's schedule: its decisions
-(block tile BM x BN, BK, pipeline stages, consumer warpgroups, raster group) pick an
+(block tile BM x BN, BK, pipeline stages, consumer warpgroups, raster group, and
+whether blocks are persistent -- one per SM, the target's `sm_count` where it says,
+else `hopper_gemm_layout.SMS`, each looping over tiles -- or one per tile) pick an
 instance of the template, which `program` returns as the function to build; `apply`
 leaves it as it is. The function carries `hopper_gemm.PIPELINE_ATTR`, by which the CUDA
 builder compiles it with TVM's TIRx pipeline. Every decision is drawn within what the
@@ -17,12 +24,16 @@ earlier ones leave (accumulator registers, shared memory), so every sample build
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..sketch import Sketch
 from .gemm_form import BATCH, K, M, N, gemm_roles
 from .hopper_gemm import PIPELINE_ATTR, hopper_gemm
+from .hopper_gemm_epilogue import Epilogue, extract
 from .hopper_gemm_layout import (
     INPUTS,
     OUTPUTS,
+    SMS,
     GemmShape,
     HopperConfig,
     config_problem,
@@ -40,47 +51,84 @@ RASTER = (1, 4, 8)
 
 def is_tirx(mod) -> bool:
     """Whether a module holds a function written in TIRx (built by the tirx pipeline)."""
-    return any(f.attrs is not None and PIPELINE_ATTR in f.attrs
+    return any(f.attrs is not None and str(f.attrs.get(PIPELINE_ATTR, "")) == "tirx"
                for f in mod.functions.values())
 
 
-def gemm_shape(func, target) -> GemmShape | None:
-    """The GEMM `func` computes when this sketch applies to it on `target` (see the
-    module docstring), else None."""
+@dataclass(frozen=True, eq=False)
+class HopperTask:
+    """What the kernel computes for a task: the GEMM, its epilogue, and the task's
+    parameters in order ("A", "B", "C" for the kernel's own, the task's buffer for an
+    epilogue operand)."""
+
+    shape: GemmShape
+    epilogue: Epilogue
+    params: tuple
+
+
+def hopper_task(func, target) -> HopperTask | None:
+    """What this sketch computes for `func` on `target` (see the module docstring),
+    or None where it does not apply."""
+    found, _ = explain(func, target)
+    return found
+
+
+def explain(func, target):
+    """(HopperTask, None) where the sketch applies to `func` on `target`, else (None,
+    the reason)."""
     from tvm import s_tir
 
     if str(target.config.get("arch", "")) != WGMMA_ARCH:
-        return None
+        return None, f"not {WGMMA_ARCH}"
     sch = s_tir.Schedule(func)
     blocks = list(sch.get_child_blocks(sch.get_sblock("root"))) if _has_root(sch) else []
-    if len(blocks) != 1 or len(func.params) != 3:
-        return None
-    block = blocks[0]
-    roles = gemm_roles(sch, block)
+    if not blocks:
+        return None, "no blocks"
+    roles = gemm_roles(sch, blocks[0])
     if roles is None or any(len(ps) != 1 for ps in roles.groups.values()):
-        return None
-    stmt = sch.get(block)
+        return None, "the first block is not a GEMM"
+    stmt = sch.get(blocks[0])
     a_buf = stmt.reads[roles.a_index].source
     b_buf = stmt.reads[roles.b_index].source
     c_buf = stmt.writes[0].source
-    if [str(p.name) for p in func.params] != [str(b.name) for b in (a_buf, b_buf, c_buf)]:
-        return None
     m, n, k = (roles.extents[r] for r in (M, N, K))
     batch = roles.extents.get(BATCH, 1)
     var = {r: stmt.iter_vars[ps[0]].var for r, ps in roles.groups.items()}
-    regions = [stmt.reads[roles.a_index].region, stmt.reads[roles.b_index].region,
-               stmt.writes[0].region]
-    shape = GemmShape(m, n, k, roles.in_dtype, str(c_buf.dtype), roles.b_kn, batch)
     lead = (batch,) if BATCH in var else ()
-    want_b = (*lead, k, n) if roles.b_kn else (*lead, n, k)
-    if (_dims(a_buf) != (*lead, m, k) or _dims(b_buf) != want_b
-            or _dims(c_buf) != (*lead, m, n) or not regions[0][-1].min.same_as(var[K])
-            or (lead and not all(r[0].min.same_as(var[BATCH]) for r in regions))
-            or str(b_buf.dtype) != shape.in_dtype
-            or shape.in_dtype not in INPUTS or shape.out_dtype not in OUTPUTS
-            or not tma_compatible(shape)):
-        return None
-    return shape
+    lead_var = [var[BATCH]] if lead else []
+    a_at = [*lead_var, var[M], var[K]]
+    b_at = [*lead_var, var[K], var[N]] if roles.b_kn else [*lead_var, var[N], var[K]]
+    if (not _at(stmt.reads[roles.a_index].region, a_at)
+            or not _at(stmt.reads[roles.b_index].region, b_at)
+            or _dims(a_buf) != (*lead, m, k) or _dims(c_buf) != (*lead, m, n)
+            or _dims(b_buf) != ((*lead, k, n) if roles.b_kn else (*lead, n, k))
+            or str(b_buf.dtype) != roles.in_dtype or roles.in_dtype not in INPUTS):
+        return None, "not a GEMM of 16-bit inputs in (batch,) M, N, K form"
+    consumers = [sch.get(b) for b in blocks[1:]]
+    epilogue, why = extract(func, stmt, consumers, (var.get(BATCH), var[M], var[N]),
+                            a_buf, b_buf)
+    if epilogue is None:
+        return None, why
+    params = list(func.params)
+    if not all(any(x.same_as(p) for p in params) for x in (a_buf, b_buf)):
+        return None, "the GEMM's inputs are not parameters"
+    order = []
+    for p in params:
+        name = next((key for key, x in (("A", a_buf), ("B", b_buf), ("C", params[-1]))
+                     if p.same_as(x)), None)
+        if name is None and not any(p.same_as(q) for q in epilogue.operands):
+            return None, f"parameter {p.name} is neither read nor written by the kernel"
+        order.append(name or p)
+    shape = GemmShape(m, n, k, roles.in_dtype, epilogue.out_dtype, roles.b_kn, batch)
+    if shape.out_dtype not in OUTPUTS or not tma_compatible(shape):
+        return None, "output dtype or row alignment out of reach"
+    return HopperTask(shape, epilogue, tuple(order)), None
+
+
+def _at(region, vars_) -> bool:
+    """Whether an access region is the single element at exactly `vars_`."""
+    return len(region) == len(vars_) and all(
+        r.min.same_as(v) and int(r.extent) == 1 for r, v in zip(region, vars_))
 
 
 def _has_root(sch) -> bool:
@@ -103,8 +151,10 @@ class WgmmaSketch(Sketch):
     # rate): drawn as often as the mma.sync sketch until measurements decide
     prior = 4.0
 
-    def __init__(self, shape: GemmShape):
-        self.shape = shape
+    def __init__(self, task: HopperTask, sms: int = SMS):
+        self.task = task
+        self.shape = task.shape
+        self.sms = sms
         self._made = {}
 
     def program(self, func, decide):
@@ -112,7 +162,8 @@ class WgmmaSketch(Sketch):
         configuration)."""
         cfg = self.decide(decide)
         if cfg not in self._made:
-            kernel = hopper_gemm(self.shape, cfg)
+            t = self.task
+            kernel = hopper_gemm(t.shape, cfg, t.epilogue, list(t.params), self.sms)
             if func.attrs is not None and "global_symbol" in func.attrs:
                 kernel = kernel.with_attr("global_symbol", func.attrs["global_symbol"])
             self._made[cfg] = kernel
@@ -131,7 +182,8 @@ class WgmmaSketch(Sketch):
         stages = decide.choice("wgmma.stages", [st for st in STAGES if config_problem(
             HopperConfig(bm, bn, bk, st, nc)) is None] or [2])
         raster = decide.choice("wgmma.raster", list(RASTER))
-        return HopperConfig(bm, bn, bk, stages, nc, raster)
+        persistent = decide.choice("wgmma.persistent", [False, True])
+        return HopperConfig(bm, bn, bk, stages, nc, raster, persistent)
 
     def apply(self, sch, decide) -> None:
         return None
@@ -139,5 +191,6 @@ class WgmmaSketch(Sketch):
 
 def wgmma_sketches(task, target) -> list:
     """[WgmmaSketch] when the sketch applies to `task` on `target`, else []."""
-    shape = gemm_shape(task.func, target)
-    return [WgmmaSketch(shape)] if shape is not None else []
+    found = hopper_task(task.func, target)
+    sms = int(target.config.get("sm_count", SMS))   # a persistent grid's size
+    return [WgmmaSketch(found, sms)] if found is not None else []

@@ -72,7 +72,7 @@ def test_absent_without_sm90a(op_files, target):
     ("matmul_nt", ["K=100"], False),                                  # A rows unaligned
     ("batch", ["dtype=float16"], True),
 ])
-def test_offered_on_sm90a_for_plain_16bit_gemms(op_files, path, args, offered):
+def test_offered_on_sm90a_for_16bit_gemms(op_files, path, args, offered):
     space = _space(op_files[path], args, SM90A)
     assert ("wgmma" in space.sketches) is offered
 
@@ -108,6 +108,7 @@ def test_every_sampled_decision_is_a_valid_kernel(op_files):
         seen.add(cfg)
     assert len(seen) > 40
     assert {c.consumers for c in seen} == {1, 2} and {c.bk for c in seen} == {32, 64}
+    assert {c.persistent for c in seen} == {False, True}
 
 
 
@@ -141,6 +142,53 @@ def test_every_output_element_is_one_register_of_one_thread(bm, bn, consumers):
                         owners.setdefault((wg * wm + j * 64 + r, c), []).append((wg, t))
     assert sorted(owners) == [(r, c) for r in range(bm) for c in range(bn)]
     assert all(len(v) == 1 for v in owners.values())
+
+
+@pytest.mark.parametrize("tiles, k_tiles, stages, persistent", [
+    (768, 16, 4, True), (40, 4, 3, True), (133, 3, 2, True), (264, 5, 6, True),
+    (768, 16, 4, False)])
+def test_persistent_blocks_cover_every_tile_once_and_carry_the_ring(tiles, k_tiles, stages,
+                                                                    persistent):
+    """One block per SM (132), block c computing tiles c, c + grid, ...: every tile
+    once, each block's valid rounds a prefix, and the chunks it loads numbered 0, 1, ...
+    across its tiles, so each slot's uses (and its full / empty mbarrier parities)
+    alternate from one tile into the next as within one."""
+    from search_space.cuda.hopper_gemm_layout import (
+        HopperConfig,
+        chunk_of,
+        grid_of,
+        ring_at,
+        tile_at,
+    )
+
+    grid = grid_of(tiles, HopperConfig(persistent=persistent))
+    assert grid == (min(132, tiles) if persistent else tiles)
+    rounds = -(-tiles // grid)
+    seen = []
+    for cta in range(grid):
+        valid = [r for r in range(rounds) if tile_at(cta, r, grid) < tiles]
+        assert valid == list(range(len(valid)))
+        seen += [tile_at(cta, r, grid) for r in valid]
+        chunks = [chunk_of(r, kt, k_tiles) for r in valid for kt in range(k_tiles)]
+        assert chunks == list(range(len(chunks)))
+        uses = {}
+        for g in chunks:
+            slot, parity = ring_at(g, stages)
+            assert slot == g % stages and parity == uses.get(slot, 0) % 2
+            uses[slot] = uses.get(slot, 0) + 1
+    assert sorted(seen) == list(range(tiles))
+
+
+def test_register_pairs_are_adjacent_columns():
+    """The write-back stores registers (2h, 2h + 1) of a thread as one word: the same
+    row, columns c and c + 1 with c even (so an even row length keeps the word aligned)."""
+    from search_space.cuda.hopper_gemm_layout import fragment_at
+
+    for t in range(128):
+        for i in range(32):
+            for h in (0, 2):
+                (r0, c0), (r1, c1) = fragment_at(t, i, h), fragment_at(t, i, h + 1)
+                assert (r1, c1) == (r0, c0 + 1) and c0 % 2 == 0
 
 
 @pytest.mark.parametrize("b_kn", [True, False])
