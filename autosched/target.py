@@ -137,6 +137,8 @@ OWN_CONFIG_KEYS = (
     # the shared memory a kernel may opt in to with dynamic shared memory (`shared.dyn`,
     # sized at launch), above the 48 KiB static `__shared__` arrays are held to
     "max_dynamic_shared_memory_per_block",
+    # the GPU's streaming multiprocessors: a persistent kernel's grid, the cost model's waves
+    "sm_count",
 )
 
 
@@ -157,6 +159,7 @@ CONFIG_FROM_GPU = {"max_num_threads": "max_threads_per_block",
                    "max_shared_memory_per_block": "max_shared_memory_per_block",
                    "max_dynamic_shared_memory_per_block": "max_shared_memory_per_block_optin",
                    "registers_per_block": "max_registers_per_block",
+                   "sm_count": "sm_count",
                    "l2_cache_size_bytes": "l2_cache_bytes"}
 
 

@@ -127,7 +127,7 @@ def tune_tasks(tasks, config: TuneConfig, callbacks: list[Callback] = (), *,
     if target.kind == "cuda" and not target.has_local_device and config.runner == "local" \
             and measurer is None:
         raise UserError(no_local_gpu_message())
-    new_strategy = strategy_factory or default_strategies(config)
+    new_strategy = strategy_factory or default_strategies(config, target)
     db = open_database(config.database_url)
     owned = measurer is None
     try:
@@ -186,14 +186,17 @@ def _task_state(task, db, target, versions, config: TuneConfig, space_factory,
     return st
 
 
-def default_strategies(config: TuneConfig) -> Callable[[], SearchStrategy]:
-    """One strategy a task, as `config` names them. Learned strategies share one cost
-    model, so what one task teaches it (the ranker groups by task) helps the others.
-    A bad name fails here, before any work."""
+def default_strategies(config: TuneConfig, target: TargetSpec) -> Callable[[], SearchStrategy]:
+    """One strategy a task, as `config` names them; learned ones share one cost model
+    (features of `target`'s kind and SM count), so what one task teaches helps the others."""
     if config.strategy != "evolutionary":
         make_strategy(config.strategy)  # validates the name
         return lambda: make_strategy(config.strategy)
-    model = make_cost_model("xgb", config.cost_model_path, seed=config.seed)
+    from cost_model import FeatureConfig
+
+    sms = int(target.config.get("sm_count") or 0)
+    features = FeatureConfig(target_kind=target.kind, sm_count=sms)
+    model = make_cost_model("xgb", config.cost_model_path, seed=config.seed, features=features)
     return lambda: make_strategy("evolutionary", cost_model=model)
 
 

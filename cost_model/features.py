@@ -15,6 +15,11 @@ Groups (see `feature_names()` for every column):
   memory (`tensor_core.py`; zeros for other schedules);
 - memory access over every store: the widest vector access per scope and direction, how
   many stores read each global buffer (`memory_access.py`);
+- TIRx kernels (wgmma + TMA, warp-specialised; `tirx_kernel.py`): warpgroup roles,
+  pipeline stages, wgmma and TMA counts, shared memory, barriers, registers, raster
+  group, block tile, waves over the SMs, write-back width; zeros for other schedules.
+  For such a kernel the tensor-core, memory-access and allocation groups are filled from
+  the same reading in the units the mma.sync schedules use, so one model ranks both;
 - decisions: log2 of the candidate's tile factors and its other choices;
 - optionally MetaSchedule's per-store features (max and mean over stores).
 
@@ -33,8 +38,12 @@ from .memory_access import NAMES as MEM_NAMES
 from .memory_access import memory_access_vector
 from .tensor_core import NAMES as TC_NAMES
 from .tensor_core import tensor_core_vector
+from .tirx_kernel import NAMES as TIRX_NAMES
+from .tirx_kernel import memory_slots, summary, tensor_core_slots
+from .tirx_kernel import vector as tirx_vector
+from .tirx_read import read_tirx
 
-FEATURE_VERSION = "5"
+FEATURE_VERSION = "6"
 _OPS = ("add", "mul", "div", "math", "cmp", "select", "cast", "int")
 _INNER_LEVELS = 6
 _OUTER_LEVELS = 2
@@ -44,15 +53,18 @@ _TILE_SLOTS, _TILE_PARTS, _CHOICE_SLOTS = 4, 4, 8
 @dataclass(frozen=True)
 class FeatureConfig:
     """Cache capacities (bytes) at which traffic is estimated; MetaSchedule's per-store
-    group on/off (it needs the target kind, "llvm" or "cuda")."""
+    group on/off (it needs the target kind, "llvm" or "cuda"); the GPU's SM count when
+    the target says it (0: unknown; the TIRx wave features are then 0)."""
 
     caches: tuple[int, ...] = (32 * 1024, 1024 * 1024, 32 * 1024 * 1024)
     per_store_feature: bool = False
     target_kind: str = "llvm"
+    sm_count: int = 0
 
     def to_json(self) -> dict:
         return {"caches": list(self.caches), "per_store_feature": self.per_store_feature,
-                "target_kind": self.target_kind, "version": FEATURE_VERSION}
+                "target_kind": self.target_kind, "sm_count": self.sm_count,
+                "version": FEATURE_VERSION}
 
     @staticmethod
     def from_json(d: dict) -> "FeatureConfig":
@@ -60,7 +72,7 @@ class FeatureConfig:
             raise ValueError(f"features version {d.get('version')!r}, this build has "
                              f"{FEATURE_VERSION!r}")
         return FeatureConfig(tuple(int(c) for c in d["caches"]), bool(d["per_store_feature"]),
-                             str(d.get("target_kind", "llvm")))
+                             str(d.get("target_kind", "llvm")), int(d.get("sm_count", 0)))
 
 
 def _lg(x: float) -> float:
@@ -120,6 +132,7 @@ def feature_names(cfg: FeatureConfig = FeatureConfig()) -> list[str]:
     names += [f"prog.{n}" for n in _PROGRAM_NAMES]
     names += [f"tc.{n}" for n in TC_NAMES]
     names += [f"mem.{n}" for n in MEM_NAMES]
+    names += [f"tirx.{n}" for n in TIRX_NAMES]
     names += [f"dec.{n}" for n in _decision_names()]
     if cfg.per_store_feature:
         from .psf import psf_names
@@ -268,11 +281,16 @@ def _other_vector(rest: list[_StoreStats], cfg: FeatureConfig) -> list[float]:
     return v + [_lg(sum(traffic(s.store.loops, s.footprints, c) for s in rest)) for c in cfg.caches]
 
 
-def _program_vector(prog: Program, stats: list[_StoreStats], task_flops: float) -> list[float]:
+def _program_vector(prog: Program, stats: list[_StoreStats], task_flops: float,
+                    kernel=None) -> list[float]:
+    """Program totals; a TIRx kernel's allocations count as declared (TMA and wgmma fill
+    and read its shared buffers without stores to compact them by)."""
     by_scope = {"global": 0, "shared": 0, "local": 0}
     for buf in prog.allocs:
         kind = next((k for k in by_scope if buf.scope.startswith(k)), "global")
         by_scope[kind] += alloc_bytes(prog.stores, buf.name, buf.scope)
+    for _, scope, size in (kernel.allocs if kernel is not None else ()):
+        by_scope[next((k for k in by_scope if scope.startswith(k)), "global")] += size
     max_par = max((_prod(lp.extent for lp in s.store.loops if lp.kind == "parallel")
                    for s in stats), default=1)
     return [len(stats), _lg(sum(s.flops for s in stats)), _lg(sum(s.iters for s in stats)),
@@ -308,18 +326,25 @@ def decision_vector(candidate) -> list[float]:
 def extract(task, candidate, mod, cfg: FeatureConfig = FeatureConfig()) -> list[float]:
     """The feature vector of one scheduled module (`mod["main"]`) and its candidate."""
     prog = walk(mod["main"])
+    kernel = read_tirx(mod["main"])
+    tirx = summary(kernel, cfg.sm_count) if kernel is not None else None
     stats = sorted((_stats(st) for st in prog.stores), key=lambda s: (-s.flops, -s.iters))
     v: list[float] = []
     for slot in range(2):
         v += _store_vector(stats[slot], cfg) if slot < len(stats) else \
             [0.0] * len(_store_names(cfg))
     v += _other_vector(stats[2:], cfg)
-    v += _program_vector(prog, stats, task.flops)
-    v += tensor_core_vector(mod)
-    v += memory_access_vector(prog)
+    v += _program_vector(prog, stats, task.flops, kernel)
+    if kernel is None:
+        v += tensor_core_vector(mod) + memory_access_vector(prog)
+    else:
+        v += tensor_core_slots(kernel, tirx) + memory_slots(kernel, tirx, prog)
+    v += tirx_vector(tirx)
     v += decision_vector(candidate)
     if cfg.per_store_feature:
-        from .psf import psf_vector
+        from .psf import psf_names, psf_vector
 
-        v += psf_vector(mod, cfg.target_kind)
+        # MetaSchedule's extractor reads s_tir schedules only: zeros for a TIRx kernel
+        v += psf_vector(mod, cfg.target_kind) if kernel is None else \
+            [0.0] * len(psf_names())
     return v

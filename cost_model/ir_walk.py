@@ -16,6 +16,7 @@ stores and evaluated calls.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from search_space.tir import expr_dtype
@@ -67,13 +68,16 @@ class Program:
     allocs: list[BufferInfo] = field(default_factory=list)
 
 
-def _dtype_bytes(dtype: str) -> int:
+def dtype_bytes(dtype: str) -> int:
+    """Bytes of one element of a dtype ("float16x2" -> 4, "float8_e4m3fn" -> 1, a bool
+    or sub-byte type -> 1; 4 when it names no width)."""
     if dtype.startswith("bool"):
         return 1
-    digits = "".join(ch for ch in dtype.split("x")[0] if ch.isdigit())
-    bits = int(digits) if digits else 32
-    lanes = int(dtype.split("x")[1]) if "x" in dtype else 1
-    return max(1, bits * lanes // 8)
+    width = re.search(r"\d+", dtype)
+    bits = int(width.group()) if width else 32
+    base, _, lanes = dtype.rpartition("x")
+    count = int(lanes) if base and lanes.isdigit() else 1
+    return max(1, bits * count // 8)
 
 
 def _unroll_value(annotations) -> int:
@@ -143,7 +147,7 @@ class _Walker(StmtWalker):
         info = self.buffers.get(buf)
         if info is None:
             shape = tuple(int(s) if type(s).__name__ == "IntImm" else 1 for s in buf.shape)
-            info = BufferInfo(str(buf.name), shape, _dtype_bytes(str(buf.dtype)), str(buf.scope()))
+            info = BufferInfo(str(buf.name), shape, dtype_bytes(str(buf.dtype)), str(buf.scope()))
             self.buffers[buf] = info
         return info
 

@@ -65,7 +65,7 @@ def test_version_prints_what_a_bug_report_needs_without_importing_tvm(cli_here):
         f"torch: {_dist('torch')}",
         f"xgboost: {_dist('xgboost-cpu', 'xgboost')}",
         "search space: 11",
-        "cost-model features: 5",
+        "cost-model features: 6",
         f"python: {platform.python_version()} ({platform.system()} {platform.machine()})",
     ]
     assert _dist("autosched") in ("0.1.0", "not installed")  # the package's own metadata

@@ -48,6 +48,7 @@ ALLOWED_DUCK_TYPING = {
                             "e": "TVM expression nodes: PrimExpr has .ty, older .dtype"},
     "cost_model/ir_walk.py": {"e": "TVM expression nodes", "e.op": "TVM call targets",
                               "s": "TVM statement nodes"},
+    "cost_model/tirx_read.py": {"s": "TVM's ScopeIdDefStmt: its field is named def"},
     "cost_model/__init__.py": {"importlib.import_module(_LAZY[name], __name__)":
                                "the package's xgboost-backed names resolved on first use"},
 }

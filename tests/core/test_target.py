@@ -117,7 +117,8 @@ def test_cuda_reads_the_gpu_and_sets_the_limits_from_it(tmp_path, child_env):
                               "thread_warp_size": 32, "max_shared_memory_per_block": 49152,
                               "max_dynamic_shared_memory_per_block":
                                   H200_ATTRIBUTES["max_shared_memory_per_block_optin"],
-                              "registers_per_block": 65536, "l2_cache_size_bytes": 52428800}
+                              "registers_per_block": 65536, "sm_count": 132,
+                              "l2_cache_size_bytes": 52428800}
 
 
 def test_cuda_visible_devices_picks_the_gpu_by_index_or_uuid(tmp_path, child_env):
