@@ -16,22 +16,32 @@ implicit-GEMM convolution) with every dimension padded to the block tile, then:
   consecutive rows of one column slice, then stored to shared memory as [BK, BM] and
   [BK, BN]: A (and B of a dense, [N, K]) transposed, so that at each k a thread reads
   its TM values of A and its TN values of B as float4 from shared memory;
-- register double buffering (TVM's software pipeline, stages [0, 0, 0, 0, 1], order
-  [0, 3, 1, 4, 2]): at each K step the global loads of the next tile are issued into
-  registers first, the current tile is computed from shared memory, and only then are
-  the loaded registers stored to shared memory, so the loads' latency hides behind
-  the TM x TN x BK multiply-adds. The shared tiles keep one version (the stores follow
-  the math, with a barrier either side): a pipeline that also versions the shared
-  tiles (stages [0, 1, 0, 1, 2]) versions the register staging too, indexed by the K
-  step at run time, which puts it in local memory (STL / LDL in the SASS);
+- the K loop in TVM's software pipeline, in one of two forms (`double_buffer`):
+  register staging alone (stages [0, 0, 0, 0, 1], order [0, 3, 1, 4, 2]): at each K
+  step the next tile's global loads are issued into registers, the current tile is
+  computed from the one shared copy, then the registers are stored to it, with a
+  barrier either side of the math; or double buffering (`simt_gemm_pipeline.py`,
+  stages [0, 1, 0, 1, 2], order [2, 0, 3, 1, 4]): two shared copies of each tile; at
+  each K step the registers loaded one step earlier are stored to one copy, the global
+  loads of the tile after are issued into them, and the math reads the other copy, with
+  one barrier per K step. The register staging keeps one version in both forms (its
+  stores read it before the loads refill it), so nothing is indexed by the K step at
+  run time; a pipeline that stored the loads of the same step into the other copy
+  (stages [0, 1, 0, 1, 2], order [0, 3, 1, 4, 2]) would version the staging, and the
+  K-indexed registers would go to local memory (STL / LDL in the SASS);
 - write-back: each thread stores its tile, with the elementwise consumers (bias,
   activation) and the padding's bounds folded into that store.
 
-Decisions: TM, TN (4 or 8), BM, BN (32..256), BK (8, 16, 32), the split of an 8-wide
-thread tile (1 or 2 runs), whether the k loop is unrolled. Each is drawn within what the
-earlier ones leave (threads per block, static shared memory, a copy plan in which every
-thread loads whole vectors, at most MAX_STAGED staged elements a thread), so samples fit
-the target by construction; `check` still measures the lowered kernel.
+Decisions: `double_buffer` (for the whole function, made with its program: the
+double-buffered kernel is built by its own pipeline, named in a function attribute),
+TM, TN (4 or 8), BM, BN (32..256), BK (8, 16, 32), the split of an 8-wide thread tile
+(1 or 2 runs), whether the k loop is unrolled. Each is drawn within what the earlier
+ones leave (threads per block, static shared memory -- twice the tiles when double
+buffered --, a copy plan in which every thread loads whole vectors, at most MAX_STAGED
+staged elements a thread), so samples fit the target by construction; `check` still
+measures the lowered kernel. Double buffered, where nvcc spilled otherwise: at most
+DB_REGISTER_BUDGET accumulators and staged elements together (8 x 8 thread tiles stage
+8: the 128 x 128 x 8 block), square thread tiles, the k loop unrolled.
 """
 from __future__ import annotations
 
@@ -41,6 +51,7 @@ from .analysis import classify
 from .common import bind_unbound, fold_consumers, inline_spatial, is_bound
 from .gemm_form import BATCH, K, M, N, gemm_roles, to_gemm_form
 from .limits import GpuLimits
+from .simt_gemm_pipeline import MARK, PIPELINE_ATTR, PIPELINE_NAME
 
 THREAD_TILES = (4, 8)
 BLOCK_TILES = (32, 64, 128, 256)
@@ -54,6 +65,14 @@ VECTOR = 4               # float4: the widest CUDA load
 ROW_PAD, ALIGN_FACTOR = 4, 32   # transposed shared rows: stride = 4 (mod 32) floats
 PIPELINE_STAGE = [0, 0, 0, 0, 1]   # A to registers, A to shared, B ..., B ..., compute
 PIPELINE_ORDER = [0, 3, 1, 4, 2]   # next tile's loads, this tile's math, next tile's stores
+# double buffered: stores of the next tile (loaded one step earlier), loads of the one
+# after, math on the current tile from the other copy
+DB_STAGE = [0, 1, 0, 1, 2]
+DB_ORDER = [2, 0, 3, 1, 4]
+# double buffered: at most this many accumulators plus staged elements a thread (the
+# pipeline's epilogue holds the math twice more, and each copy of the shared tiles its
+# own addresses); nvcc spilled past it (8 x 8 thread tiles staging 16 elements)
+DB_REGISTER_BUDGET = 72
 
 
 def _ceil(a: int, b: int) -> int:
@@ -85,10 +104,10 @@ def copy_plan(rows: int, cols: int, threads: int, run: int):
     return None
 
 
-def shared_bytes(bm: int, bn: int, bk: int, b_transposed: bool) -> int:
-    """Static shared memory: the [BK, BM] and [BK, BN] float32 tiles (one version, see
-    the module docstring), the rows of a transposed tile padded by ROW_PAD."""
-    return bk * (bm + ROW_PAD + bn + (ROW_PAD if b_transposed else 0)) * 4
+def shared_bytes(bm: int, bn: int, bk: int, b_transposed: bool, copies: int = 1) -> int:
+    """Static shared memory: `copies` of the [BK, BM] and [BK, BN] float32 tiles (one,
+    or two when double buffered), the rows of a transposed tile padded by ROW_PAD."""
+    return copies * bk * (bm + ROW_PAD + bn + (ROW_PAD if b_transposed else 0)) * 4
 
 
 def _tiles(extent: int) -> list[int]:
@@ -102,21 +121,27 @@ def _input_shapes(roles, bm: int, bn: int, bk: int) -> list[tuple[int, int, int]
     return [(bm, bk, roles.runs[0]), b]
 
 
-def decide_simt(decide: Decider, name: str, roles, limits: GpuLimits) -> dict:
+def decide_simt(decide: Decider, name: str, roles, limits: GpuLimits,
+                double_buffer: bool = False) -> dict:
     """Every decision of one block, each among the options that still leave a block
-    tile fitting the target (threads, shared memory, whole-vector copy plans)."""
+    tile fitting the target (threads, shared memory, whole-vector copy plans, staged
+    registers; both budgets tighter when `double_buffer`)."""
     ext = roles.extents
     cap = min(MAX_THREADS, limits.max_threads_per_block)
     tm = decide.choice(f"{name}.thread_m", list(THREAD_TILES))
-    tn = decide.choice(f"{name}.thread_n", list(THREAD_TILES))
+    # double buffered, nvcc spilled a few registers of some 8 x 4 and 4 x 8 thread
+    # tiles well inside the budget: there the thread tile is square
+    tn = decide.choice(f"{name}.thread_n", [tm] if double_buffer else list(THREAD_TILES))
+    copies = 2 if double_buffer else 1
+    staged = min(MAX_STAGED, DB_REGISTER_BUDGET - tm * tn) if double_buffer else MAX_STAGED
 
     def fits(bm, bn, bk) -> bool:
         threads = (bm // tm) * (bn // tn)
         if not MIN_THREADS <= threads <= cap or shared_bytes(
-                bm, bn, bk, not roles.b_kn) > limits.max_shared_memory_per_block:
+                bm, bn, bk, not roles.b_kn, copies) > limits.max_shared_memory_per_block:
             return False
         plans = [copy_plan(r, c, threads, run) for r, c, run in _input_shapes(roles, bm, bn, bk)]
-        return None not in plans and sum(v * rows for v, rows in plans) <= MAX_STAGED
+        return None not in plans and sum(v * rows for v, rows in plans) <= staged
 
     tiles = [(m, n, k) for m in _tiles(ext[M]) for n in _tiles(ext[N]) for k in K_TILES
              if fits(m, n, k)]
@@ -131,10 +156,13 @@ def decide_simt(decide: Decider, name: str, roles, limits: GpuLimits) -> dict:
                                                   if (m, n) == (bm, bn)}))
     split_m = decide.choice(f"{name}.split_m", [1, 2] if tm > VECTOR else [1])
     split_n = decide.choice(f"{name}.split_n", [1, 2] if tn > VECTOR else [1])
-    unroll_k = decide.choice(f"{name}.unroll_k", [True, False])
+    # double buffered, nvcc spilled some k loops left rolled (the pipeline's epilogue
+    # repeats the loop twice): there it is unrolled
+    unroll_k = decide.choice(f"{name}.unroll_k", [True] if double_buffer else [True, False])
     return {"tm": tm, "tn": tn, "bm": bm, "bn": bn, "bk": bk,
             "threads": (bm // tm) * (bn // tn),
-            "split_m": split_m, "split_n": split_n, "unroll_k": unroll_k}
+            "split_m": split_m, "split_n": split_n, "unroll_k": unroll_k,
+            "double_buffer": double_buffer}
 
 
 class SimtGemmSketch(Sketch):
@@ -146,19 +174,35 @@ class SimtGemmSketch(Sketch):
 
     def __init__(self, limits: GpuLimits):
         self.limits = limits
+        self._programs: dict = {}
+
+    def program(self, func, decide: Decider):
+        """The task's function, or (`double_buffer`) the same with `PIPELINE_ATTR` naming
+        the pipeline that gives its double-buffered K loops one barrier a step; one
+        object per function and answer (see `Sketch.program`)."""
+        double = decide.choice("double_buffer", [False, True])
+        if not double:
+            return func
+        known = self._programs.get(id(func))
+        if known is None or known[0] is not func:
+            known = self._programs[id(func)] = (func, func.with_attr(PIPELINE_ATTR,
+                                                                      PIPELINE_NAME))
+        return known[1]
 
     def apply(self, sch, decide: Decider) -> None:
         spatial = classify(sch).spatial   # the task's own, not the sketch's stages
+        double = bool(decide.made.get("double_buffer", False))
         for name in simt_gemm_blocks(sch):
-            schedule_simt_gemm(sch, name, decide, self.limits)
+            schedule_simt_gemm(sch, name, decide, self.limits, double)
         inline_spatial(sch, spatial)
         bind_unbound(sch, self.limits, decide)
 
 
-def schedule_simt_gemm(sch, name: str, decide: Decider, limits: GpuLimits) -> None:
+def schedule_simt_gemm(sch, name: str, decide: Decider, limits: GpuLimits,
+                       double_buffer: bool = False) -> None:
     """The SIMT GEMM schedule of block `name` (see the module docstring)."""
     roles = gemm_roles(sch, sch.get_sblock(name))
-    d = decide_simt(decide, name, roles, limits)
+    d = decide_simt(decide, name, roles, limits, double_buffer)
     plans = [copy_plan(r, c, d["threads"], run)
              for r, c, run in _input_shapes(roles, d["bm"], d["bn"], d["bk"])]
     to_gemm_form(sch, name, roles, {BATCH: 1, M: d["bm"], N: d["bn"], K: d["bk"]})
@@ -203,8 +247,8 @@ def schedule_simt_gemm(sch, name: str, decide: Decider, limits: GpuLimits) -> No
     if d["unroll_k"]:
         sch.unroll(ki)
     sch.decompose_reduction(block, ko)
-    sch.annotate(ko, "software_pipeline_stage", PIPELINE_STAGE)
-    sch.annotate(ko, "software_pipeline_order", PIPELINE_ORDER)
+    sch.annotate(ko, "software_pipeline_stage", DB_STAGE if double_buffer else PIPELINE_STAGE)
+    sch.annotate(ko, "software_pipeline_order", DB_ORDER if double_buffer else PIPELINE_ORDER)
 
 
 def _stage_input(sch, block, index: int, ko, ki, plan, transposed: bool, d: dict) -> None:
@@ -233,6 +277,8 @@ def _stage_input(sch, block, index: int, ko, ki, plan, transposed: bool, d: dict
         # slices of a warp's stores in different banks, and keep rows 16-byte aligned
         sch.transform_layout(smem, ("write", 0), _transpose_map(_ndim(sch, smem)))
         sch.storage_align(smem, 0, axis=-2, factor=ALIGN_FACTOR, offset=ROW_PAD)
+    if d["double_buffer"]:   # its stores fill the copy the same K step does not read
+        sch.annotate(smem, MARK, 1)
     frag = sch.cache_read(block, index, "local")
     sch.compute_at(frag, ki)
     inner = sch.get_loops(frag)[-1]

@@ -170,7 +170,8 @@ COMPILE = textwrap.dedent("""
     import random
 
     BEST = {"C.thread_m": 8, "C.thread_n": 8, "C.block_m": 128, "C.block_n": 128,
-            "C.block_k": 8, "C.split_m": 2, "C.split_n": 2, "C.unroll_k": True}
+            "C.block_k": 8, "C.split_m": 2, "C.split_n": 2, "C.unroll_k": True,
+            "double_buffer": False}
     out = []
     for arch in ("sm_80", "sm_90a"):
         target = _target(arch)

@@ -269,7 +269,9 @@ def build_cuda(mod, target_config: dict, compiler: str = AUTO) -> CudaBuild:
     chosen = choose_compiler(compiler)
     runtime = ensure_cuda_runtime()
     from search_space.cuda.mma_intrin import store_layout
+    from search_space.cuda.simt_gemm_pipeline import register_pipeline
 
+    register_pipeline()   # the SIMT GEMM's double-buffered kernels name their pipeline
     target = tvm_target(target_config)
     _State.compiler, _State.failure = chosen, None
     try:  # tensor-core kernels' mma_store code generation needs the store layout
