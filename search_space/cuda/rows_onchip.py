@@ -18,17 +18,25 @@ thread sweeps its elements of the row once, keeping V running lanes in registers
 the lanes fold through the same shuffles. Without staging, this reads the row twice
 (statistics, output) instead of once per pass.
 
+Where a thread's share of the row is small (`rows_registers.py`), the row may instead
+stay in registers: each thread loads the elements it will write once, computes the
+statistics from them and writes the output from them (no shared memory for the row).
+
 Decisions (all samples fit the target by construction):
-- `rows.vector`: elements per thread per access, V; 16 bytes at most and dividing the
-  row length (so every vector is aligned; an odd row takes V = 1);
+- `rows.vector`: elements per thread per access, V: the widest that holds 16 bytes at
+  most and divides the row length (so every vector is aligned: 4 float32, 8 float16;
+  an odd row takes V = 1). One option: a memory-bound row gains nothing from
+  narrower accesses, and 128-bit loads are what the DRAM bandwidth needs;
 - `rows.threads`: threads per row, T (a warp for short rows, up to the block for long
   ones; the reductions then combine through warp shuffles and shared memory);
 - `rows.form`: `two_pass` (the program as written) or `one_pass` (where it has a
   one-pass form and a row holds at least T x V elements);
+- `rows.stage`: `registers` (two-pass, while each thread's share of the rows it
+  reads more than once takes at most `REGISTER_WORDS` registers), `shared` (row
+  staged on chip, while a row fits the shared memory) or `global` (each pass reads
+  the row again, from L1/L2 for short rows);
 - `rows.per_block`: rows per thread block, R (R x T threads; several short rows per
-  block keep the SMs' warps busy);
-- `rows.stage`: `shared` (row staged on chip, while R rows fit the shared memory) or
-  `global` (each pass reads the row again, from L1/L2 for short rows);
+  block keep the SMs' warps busy; staged in shared memory, R rows must fit);
 - `rows.unroll`.
 A row that is no whole number of T x V vectors ends in a predicated step (the vector
 width always divides the row, so the predicate guards whole vectors).
@@ -43,6 +51,8 @@ from .common import UNROLL_STEPS, annotate_unroll, bind_unbound, inline_spatial,
 from .limits import GpuLimits
 from .reduction import FusionPlan, fusion_plan
 from .rows_one_pass import gpu_one_pass_form, one_pass_rows
+from .rows_registers import (COPY_SUFFIX, REGISTER_WORDS, register_program, register_words,
+                             schedule_registers, statistic_copies)
 
 ROWS_PER_BLOCK = (1, 2, 4, 8, 16)
 VECTOR_BYTES = 16
@@ -98,13 +108,13 @@ def _widest_bytes(sch, plan: FusionPlan) -> int:
     return max(widths or [1])
 
 
-def _vector_options(row: int, elem_bytes: int) -> list[int]:
-    out, v = [], 1
-    while v * elem_bytes <= VECTOR_BYTES:
-        if row % v == 0:
-            out.append(v)
+def _widest_vector(row: int, elem_bytes: int) -> int:
+    """The most elements of `elem_bytes` a 16-byte access holds that divide the row
+    (a power of two: 4 float32 where the row is a multiple of 4, 1 for an odd row)."""
+    v = 1
+    while 2 * v * elem_bytes <= VECTOR_BYTES and row % (2 * v) == 0:
         v *= 2
-    return out
+    return v
 
 
 def _split_row(sch, loop, vector: int, threads: int):
@@ -127,6 +137,12 @@ def _geometry(sch, plan: FusionPlan) -> tuple[int, int, str]:
     return rows, row, str(sch.get(out).writes[0].source.dtype)
 
 
+def _reserve(reductions: int, per_block: int, threads: int, lim: GpuLimits) -> int:
+    """Shared bytes beside the staged rows: each reduction's one value per warp and
+    result, per row of the block."""
+    return reductions * per_block * (threads // lim.warp_size + 1) * 8
+
+
 def _inlined_plan(func):
     import tvm
     from tvm import s_tir
@@ -144,22 +160,29 @@ class OnChipRowSketch(Sketch):
 
     def __init__(self, limits: GpuLimits):
         self.limits = limits
-        self._shapes: dict = {}  # func -> (row length, widest value's bytes, has pairs)
+        # func -> (row length, widest value's bytes, has pairs, staged rows' bytes)
+        self._shapes: dict = {}
         self._forms: dict = {}   # (func, threads, vector) -> one-pass program or None
+        self._registers: dict = {}   # (func, threads, vector) -> register program or None
 
     def program(self, func, decide: Decider):
-        """The vector width and threads per row, then the form (`rows.form`): the
-        task's program, or its one-pass form for these lanes where it has one."""
+        """The vector width and threads per row, the form (`rows.form`) and where the
+        row lives (`rows.stage`): the task's program, its one-pass form for these
+        lanes where it has one, or its register form (`rows_registers.py`)."""
         if func not in self._shapes:
             sch, plan = _inlined_plan(func)
             if plan is None:
                 raise InvalidCandidate("rows_onchip: the row reductions do not feed one output")
             _, row, dtype = _geometry(sch, plan)
+            staged = [_dtype_bytes(sch.get(sch.get_sblock(c)).reads[i].source.dtype)
+                      for _, c, i in _staged_buffers(sch, plan)]
             self._shapes[func] = row, max(_dtype_bytes(dtype), _widest_bytes(sch, plan)), \
-                bool(one_pass_rows(func))
-        row, widest, pairs = self._shapes[func]
+                bool(one_pass_rows(func)), staged, len(plan.reductions)
+        row, widest, pairs, staged, reductions = self._shapes[func]
         lim = self.limits
-        vector = decide.choice("rows.vector", _vector_options(row, widest))
+        # always the widest: on a memory-bound row a narrower access only adds
+        # instructions (a short row gets several rows per block instead)
+        vector = decide.choice("rows.vector", [_widest_vector(row, widest)])
         per_thread = -(-row // vector)
         threads = decide.choice("rows.threads", [t for t in thread_options(lim)
                                                  if t <= max(lim.warp_size, per_thread)])
@@ -169,10 +192,29 @@ class OnChipRowSketch(Sketch):
         form = self._forms[key]
         one = decide.choice("rows.form", ["two_pass", "one_pass"] if form is not None
                             else ["two_pass"])
+        regs = one == "two_pass" and bool(staged) and \
+            register_words(row, threads, vector, staged) <= REGISTER_WORDS and \
+            self._register_form(func, threads, vector) is not None
+        # shared: while one row fits (rows per block are decided to fit, `apply`)
+        fits = bool(staged) and row * sum(staged) + _reserve(reductions, 1, threads, lim) \
+            <= lim.max_shared_memory_per_block
+        stage = decide.choice("rows.stage", ["registers"] * regs + ["shared"] * fits
+                              + ["global"])
+        if stage == "registers":
+            return self._register_form(func, threads, vector)
         return form if one == "one_pass" else func
 
+    def _register_form(self, func, threads: int, vector: int):
+        key = (func, threads, vector)
+        if key not in self._registers:
+            sch, plan = _inlined_plan(func)
+            staged = [b for b, _, _ in _staged_buffers(sch, plan)]
+            self._registers[key] = register_program(sch, plan, staged, threads, vector)
+        return self._registers[key]
+
     def apply(self, sch, decide: Decider) -> None:
-        inline_spatial(sch, classify(sch).spatial)
+        # (the register form's copies are spatial blocks that stay)
+        inline_spatial(sch, [n for n in classify(sch).spatial if not n.endswith(COPY_SUFFIX)])
         plan = row_plan(sch)
         if plan is None:
             raise InvalidCandidate("rows_onchip: the row reductions do not feed one output")
@@ -182,15 +224,17 @@ class OnChipRowSketch(Sketch):
         staged = _staged_buffers(sch, plan)
         lim = self.limits
         vector, threads = decide.made["rows.vector"], decide.made["rows.threads"]
+        stage = decide.made["rows.stage"]
         row_bytes = row * sum(_dtype_bytes(sch.get(sch.get_sblock(c)).reads[i].source.dtype)
                               for _, c, i in staged)
+        # registers over several warps: one row a block (`rows_registers.py`, on
+        # statistics in shared memory); staged: the block's rows fit shared memory
+        alone = stage == "registers" and threads > lim.warp_size
         per_block = decide.choice("rows.per_block", [
             r for r in ROWS_PER_BLOCK
-            if r * threads <= lim.max_threads_per_block and (r == 1 or r <= rows // 2)])
-        # beside the rows: each reduction's staging of one value per warp and result
-        reserve = len(plan.reductions) * per_block * (threads // lim.warp_size + 1) * 8
-        fits = bool(staged) and per_block * row_bytes + reserve <= lim.max_shared_memory_per_block
-        stage = decide.choice("rows.stage", ["shared", "global"] if fits else ["global"])
+            if r * threads <= lim.max_threads_per_block and (r == 1 or r <= rows // 2)
+            and not (alone and r > 1) and (stage != "shared" or r * row_bytes + _reserve(
+                len(plan.reductions), r, threads, lim) <= lim.max_shared_memory_per_block)])
         unroll = decide.choice("rows.unroll", UNROLL_STEPS)
 
         row_loops = loops[:plan.row_loops]
@@ -199,6 +243,9 @@ class OnChipRowSketch(Sketch):
         sch.bind(bx, "blockIdx.x")
         sch.bind(ty, "threadIdx.y")
         rest = loops[plan.row_loops:]
+        if stage == "registers":   # the program's (s, t, v) loops (rows_registers.py)
+            self._registers_at(sch, plan, rest, bx, ty, unroll, decide)
+            return
         inner = sch.fuse(*rest) if len(rest) > 1 else rest[0]
         _, tx, lane = _split_row(sch, inner, vector, threads)
         sch.bind(tx, "threadIdx.x")
@@ -231,6 +278,25 @@ class OnChipRowSketch(Sketch):
                 self._stage(sch, plan, buf, consumer, index, bx, per_block, threads)
         annotate_unroll(sch, bx, unroll)
         bind_unbound(sch, lim, decide)
+
+    def _registers_at(self, sch, plan, rest, bx, ty, unroll: int, decide) -> None:
+        """The register form: every reduction per row at `ty`, its result in a
+        register of each thread of the row (a row over several warps passes it
+        through shared memory once, `schedule_registers`), the loops bound by
+        `schedule_registers`."""
+        warps = decide.made["rows.threads"] > self.limits.warp_size
+        reductions = [sch.get_sblock(n) for n in plan.reductions]
+        placed = []
+        for block in reductions:
+            placed += [block] + (statistic_copies(sch, plan, block) if warps else [])
+        for block in reversed(placed):
+            sch.compute_at(block, ty, preserve_unit_loops=True)
+        for block in reductions:   # (after compute_at: a row's threads make its value)
+            for i in range(len(sch.get(block).writes)):
+                sch.set_scope(block, i, "shared" if warps else "local")
+        schedule_registers(sch, plan, rest, ty)
+        annotate_unroll(sch, bx, unroll)
+        bind_unbound(sch, self.limits, decide)
 
     @staticmethod
     def _lane_partial(sch, block, vector: int, from_global: bool) -> None:
@@ -283,7 +349,7 @@ class OnChipRowSketch(Sketch):
                  if any(str(r.source.name) == buf for r in sch.get(sch.get_sblock(n)).reads)]
         read = sch.get(sch.get_sblock(consumer)).reads[index].source
         # a pure copy: as wide as 16 bytes allow, whatever the arithmetic's width
-        vector = max(_vector_options(int(read.shape[-1]), _dtype_bytes(read.dtype)))
+        vector = _widest_vector(int(read.shape[-1]), _dtype_bytes(read.dtype))
         cache = sch.cache_read(sch.get_sblock(consumer), index, "shared", consumer_blocks=users)
         sch.compute_at(cache, bx, preserve_unit_loops=True)
         own = [lp for lp in sch.get_loops(cache) if sch.get(lp).thread_binding is None]
