@@ -11,18 +11,21 @@ Sketches (each schedules every block of the task, so every candidate is valid CU
 - `tensor_core` (`tensor_core.py`): GEMM-shaped reductions on fp16 / bf16 inputs (matmul,
   batch matmul, dense with its epilogue, implicit-GEMM convolution) on `mma.sync` with
   pipelined `cp.async` staging, on sm_80 and newer, when the task has one;
-- `wgmma` (`hopper_gemm_sketch.py`): on sm_90a only, a task that is one plain 16-bit GEMM
-  as an instance of the Hopper kernel template (wgmma fed by TMA, warp-specialised);
+- `wgmma` (`hopper_gemm_sketch.py`): on sm_90a only, a task that is one 16-bit GEMM (or
+  batch GEMM) and an elementwise epilogue of its output (bias, activation, cast,
+  residual), as an instance of the Hopper kernel template (wgmma fed by TMA,
+  warp-specialised, persistent or not);
 - `simt_gemm` (`simt_gemm.py`): GEMM-shaped fp32 reductions on the FP32 pipes, thread
   tiles register-blocked, A stored transposed in shared memory, float4 global and shared
-  loads, the next K tile loaded into registers while the current one computes;
+  loads, the next K tile loaded into registers while the current one computes, and
+  (a decision) two shared copies with one barrier a K step (`simt_gemm_pipeline.py`);
 - `rows` / `rows_fused` (`reduction.py`): cross-thread reduction for row reductions
   (softmax, norms), as separate kernels or fused into the output kernel, when the task
   has them;
 - `rows_onchip` (`rows_onchip.py`, `rows_one_pass.py`): every row reduction inside the
   output kernel, a warp (or a block) per row and several rows per block, 128-bit loads,
-  the row staged in shared memory once, and the statistics in one pass (online softmax,
-  shifted sums) where the math allows.
+  the row staged once in shared memory or kept in registers (`rows_registers.py`), and
+  the statistics in one pass (online softmax, shifted sums) where the math allows.
 
 Every sketch has the uniform prior (`Sketch.prior`) except the tensor-core ones
 (`tensor_core`, `wgmma`, the same prior): where they
