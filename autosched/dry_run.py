@@ -3,7 +3,7 @@ them, without running anything or writing the database (works with no GPU for cu
 same compile path as the build worker, `measure.cuda.compiler`).
 
 The same function is the search space's benchmark (bench/cuda_dry_run.py,
-bench/tensor_core_dry_run.py): it can keep to one sketch, compile every candidate for
+bench/sketch_sass_dry_run.py): it can keep to one sketch, compile every candidate for
 more targets of the same kind (other GPU archs), and read the SASS of each CUDA build,
 counting instructions and requiring some (a tensor-core candidate must issue `HMMA`).
 """
@@ -26,7 +26,9 @@ class DeviceCodeCheck:
     """What a dry run asks of each candidate beyond the limits and one compile: that it
     also compiles for `also_for` (targets of the same kind), and for cuda that the SASS of
     every build holds each opcode of `require`; the opcodes of `require` and `count` are
-    counted per build into `DryRunReport.sass`. Reading SASS needs `cuobjdump`."""
+    counted per build into `DryRunReport.sass`. A name with modifiers (`LDG.E.128`) counts
+    the instructions of its opcode that carry them (`sass.count_named`). Reading SASS
+    needs `cuobjdump`."""
 
     also_for: tuple = ()
     require: tuple[str, ...] = ()
@@ -48,6 +50,8 @@ class DryRunReport:
     first_errors: list[str] = field(default_factory=list)
     by_sketch: Counter = field(default_factory=Counter)  # compiled candidates per sketch
     sass: list[dict] = field(default_factory=list)  # a compiled candidate's: arch -> counts
+    # every sampled candidate in order: (Candidate, its failure line or "", arch -> counts)
+    candidates: list[tuple] = field(default_factory=list)
     seconds: float = 0.0
     check_seconds: float = 0.0     # of `seconds`, in the limit checks
     compile_seconds: float = 0.0   # of `seconds`, compiling (and reading SASS)
@@ -80,10 +84,10 @@ def _compile(mod, target) -> tuple[object, str, str]:
 
 
 def _device_code(mod, targets, check: DeviceCodeCheck, report: DryRunReport,
-                 library: str) -> tuple[str, str] | None:
+                 library: str, counts: dict) -> tuple[str, str] | None:
     """None when `mod` compiles for every target and its SASS holds what `check`
-    requires (the counts go to `report.sass`); else (failure kind, its line)."""
-    counts = {}
+    requires (the counts go to `report.sass`); else (failure kind, its line). The
+    counts of each build read go to `counts` (arch -> opcode -> count)."""
     for target in targets:
         build, compiler, message = _compile(mod, target)
         where = f"{target.config.get('arch', target.kind)}: " if len(targets) > 1 else ""
@@ -91,13 +95,14 @@ def _device_code(mod, targets, check: DeviceCodeCheck, report: DryRunReport,
             return "build_error", where + message
         report.compiler = compiler
         if check.reads_sass:
-            from .measure.cuda.sass import opcode_counts
+            from .measure.cuda.sass import count_named, mnemonic_counts
 
             build.executable.export_library(library)
-            found = opcode_counts(library)
+            found = mnemonic_counts(library)
             arch = target.config["arch"]
-            counts[arch] = {k: found[k] for k in dict.fromkeys(check.require + check.count)}
-            missing = [k for k in check.require if not found[k]]
+            counts[arch] = {k: count_named(found, k)
+                            for k in dict.fromkeys(check.require + check.count)}
+            missing = [k for k in check.require if not counts[arch][k]]
             if missing:
                 return "sass", f"{arch}: SASS without {' or '.join(missing)} {counts[arch]}"
     if counts:
@@ -106,7 +111,8 @@ def _device_code(mod, targets, check: DeviceCodeCheck, report: DryRunReport,
 
 
 def _samples(space, count: int, sketch: str | None, rng: random.Random) -> list:
-    """`count` distinct candidates as a random search draws them, or of `sketch` only."""
+    """`count` distinct candidates as a random search draws them, or of `sketch` only
+    (fewer where it has fewer, or fails to schedule the task)."""
     from .search import RandomSearch, fresh_samples
 
     if sketch is None:
@@ -114,8 +120,10 @@ def _samples(space, count: int, sketch: str | None, rng: random.Random) -> list:
     if sketch not in space.sketches:
         raise UserError(f"dry run: {space.task.name} has no sketch {sketch!r} "
                         f"(its sketches: {', '.join(sorted(space.sketches))})")
-    return fresh_samples(space, count, set(), rng,
-                         {name: float(name == sketch) for name in space.sketches})
+    # a sketch that never schedules the task leaves the draw to the others: not its samples
+    return [(cand, mod) for cand, mod in fresh_samples(
+        space, count, set(), rng, {name: float(name == sketch) for name in space.sketches})
+        if cand.sketch == sketch]
 
 
 def dry_run_task(task, target, count: int, seed: int = 0, space_factory=generate_space,
@@ -139,10 +147,14 @@ def dry_run_task(task, target, count: int, seed: int = 0, space_factory=generate
             report.check_seconds += t1 - t0
             if reason:
                 _fail(report, "invalid", f"{cand.sketch}: {reason}")
+                report.candidates.append((cand, f"{cand.sketch}: {reason}", {}))
                 continue
             report.passed_check += 1
-            failed = _device_code(mod, targets, device_code, report, library)
+            counts = {}
+            failed = _device_code(mod, targets, device_code, report, library, counts)
             report.compile_seconds += time.perf_counter() - t1
+            report.candidates.append((cand, "" if failed is None else
+                                      f"{cand.sketch}: {failed[1]}", counts))
             if failed is None:
                 report.compiled += 1
                 report.by_sketch[cand.sketch] += 1

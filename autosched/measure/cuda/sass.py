@@ -4,7 +4,9 @@ are carved out of the library (`fatbin.fatbins`) and disassembled by `cuobjdump
 
 `opcode_counts(path)` counts the instructions by opcode (`HMMA`, `LDGSTS` for cp.async,
 `LDSM` for ldmatrix, `STL`/`LDL` for spills, ...), which is how a schedule's use of
-tensor cores and asynchronous copies is checked on a build host.
+tensor cores and asynchronous copies is checked on a build host; `mnemonic_counts` keeps
+the modifiers, and `count_named` counts what a name with modifiers (`LDG.E.128`: 128-bit
+global loads) stands for.
 """
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ from collections import Counter
 from ...errors import InfrastructureError
 from . import fatbin
 
-# "/*0040*/   HMMA.16816.F32 R4, R8, R12, R4 ;" -> HMMA (predicates like @P0 skipped)
-_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+# "/*0040*/   HMMA.16816.F32 R4, R8, R12, R4 ;" -> HMMA.16816.F32 (predicates like @P0
+# skipped; modifiers may hold lower case: HGMMA.64x128x16.F32)
+_INSTRUCTION = re.compile(
+    r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)")
 
 
 def cuobjdump() -> str:
@@ -67,7 +71,26 @@ def dump_sass(path: str) -> str:
     return "\n".join(texts)
 
 
+def mnemonic_counts(path: str) -> Counter:
+    """Instruction count by mnemonic, modifiers included (`LDG.E.128.CONSTANT`), of the
+    SASS in the library file at `path`."""
+    return Counter(m.group(1) for m in _INSTRUCTION.finditer(dump_sass(path)))
+
+
 def opcode_counts(path: str) -> Counter:
     """Instruction count by opcode (the part before the first dot: `HMMA.16816.F32` ->
     `HMMA`) of the SASS in the library file at `path`."""
-    return Counter(m.group(1) for m in _INSTRUCTION.finditer(dump_sass(path)))
+    out = Counter()
+    for mnemonic, n in mnemonic_counts(path).items():
+        out[mnemonic.split(".")[0]] += n
+    return out
+
+
+def count_named(mnemonics: Counter, name: str) -> int:
+    """How many instructions of `mnemonics` (from `mnemonic_counts`) `name` stands for:
+    those of its opcode carrying at least its modifiers, in any place. `HMMA` counts every
+    HMMA; `LDG.E.128` counts `LDG.E.128` and `LDG.E.LTC128B.128.CONSTANT` (the widths
+    and cache hints nvcc writes differ by arch), not `LDG.E.64`."""
+    opcode, *mods = name.split(".")
+    return sum(n for mnemonic, n in mnemonics.items()
+               if mnemonic.split(".")[0] == opcode and set(mods) <= set(mnemonic.split(".")))
