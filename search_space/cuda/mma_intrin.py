@@ -35,10 +35,11 @@ PTX_TYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 # TVM 0.27 leaves ldmatrix-written buffers whole in every thread (local memory) and
 # turns unrolled accumulator offsets into divisions nvcc cannot fold (local memory again).
 FRAG_SCOPE = "m16n8k8.matrixA"
-# The output tiles the accumulators are stored to: static shared memory, apart from the
-# dynamic pipeline buffers. In dynamic shared memory the tiles would be merged into the
-# pipeline's space (MergeSharedMemoryAllocations reuses it by liveness, without a
-# barrier), where one warp's write-back would race another's last fragment loads.
+# The output tiles the accumulators are staged in (one 16 x 16 tile per warp): static
+# shared memory, apart from the dynamic pipeline buffers. In dynamic shared memory the
+# tiles would be merged into the pipeline's space (MergeSharedMemoryAllocations reuses it
+# by liveness, without a barrier), where one warp's write-back would race another's last
+# fragment loads; per warp they take at most 8 KiB, well inside the static 48 KiB.
 OUT_SCOPE = "shared"
 
 
@@ -239,10 +240,15 @@ def _store(acc_dtype: str):
             T.reads(C[0:WARP, 0:SLOTS])
             T.writes(D[0:TILE, 0:TILE])
             for tx in T.thread_binding(0, WARP, "threadIdx.x"):
+                # the tile is the warp's own, reused fragment after fragment: its lanes
+                # have read the last one out before any overwrites it, and see all of
+                # this one before reading it
+                T.evaluate(T.call_extern("void", "__syncwarp"))
                 # each lane stores its own eight values (`_slot_element` says where);
                 # one call, so the accumulators stay registers with constant indices
                 T.evaluate(T.cuda.mma_store_legacy(TILE, TILE, T.address_of(D[0, 0]), C.data,
                                                    C.elem_offset // WARP, s0, dtype=acc_dtype))
+                T.evaluate(T.call_extern("void", "__syncwarp"))
 
     return desc, impl
 

@@ -4,24 +4,31 @@
 The block is brought into GEMM form (`gemm_form.py`: matmul, batch matmul, dense,
 implicit-GEMM convolution) with every dimension padded to the block tile, then:
 
-- grid: one thread block per BM x BN output tile (batch on blockIdx.y), walked in
-  groups of `raster` tile rows so neighbouring blocks share their A and B panels in L2;
+- grid: one thread block per BM x BN output tile (batch on blockIdx.y; BM and BN up to
+  256), walked in groups of `raster` tile rows so neighbouring blocks share their A and
+  B panels in L2;
 - block: `warps_m x warps_n` warps (threadIdx.y), each computing a `frags_m x frags_n`
   tile of 16 x 16 accumulators in registers (the mma fragment layout, `mma_intrin.py`);
 - K in chunks of `k_chunk`; each chunk of A and B is copied into dynamic shared memory
   by all threads with `vector`-wide `cp.async` copies, rows padded against bank
-  conflicts (`padded_row`), in a software pipeline of `stages` buffers (the copies of later
-  chunks are in flight while the warps compute on the current one);
+  conflicts (`tensor_core_budget.padded_row`), in a software pipeline of `stages`
+  buffers (the copies of later chunks are in flight while the warps compute on the
+  current one);
 - per 16-wide K step, `ldmatrix` loads each warp's fragments and two
   `mma.sync.m16n8k16` per fragment pair accumulate (fp32, or fp16 when the workload
-  accumulates in fp16);
-- write-back per 16 x 16 accumulator: fragment -> a per-warp tile in (static) shared
-  memory -> global memory, with the elementwise consumers (bias, activation, casts) and the
-  padding's bounds folded into that store.
+  accumulates in fp16); with `frag_buffers` 2 the fragments are double-buffered in
+  registers: step k + 1's ldmatrix is issued before step k's mma (a software pipeline on
+  the K steps of a chunk);
+- write-back per 16 x 16 accumulator: fragment -> the warp's own 16 x 16 staging tile in
+  shared memory -> global memory, `out_vector` elements per store (16 bytes where the
+  output rows allow), with the elementwise consumers (bias, activation, casts) and the
+  padding's bounds folded into that store. The staging is sized per warp, not per block
+  tile, so it does not bound the block tile.
 
 All decisions are drawn before the schedule is built and each is drawn within what the
-earlier ones leave of the target's budgets (threads, shared memory), so samples fit by
-construction; `check` still measures the lowered kernel.
+earlier ones leave of the target's budgets (threads, registers, shared memory;
+`tensor_core_budget.py`), so samples fit by construction; `check` still measures the
+lowered kernel.
 
 The same schedule can be realised for the CPU (`CPU_CHECK`): every loop and layout as on
 the GPU, but thread loops serial, buffers in plain memory and each intrinsic left as its
@@ -38,7 +45,6 @@ from ..decisions import Decider
 from ..sketch import Sketch
 from .analysis import classify
 from .common import (
-    UNROLL_STEPS,
     annotate_unroll,
     bind_unbound,
     fold_consumers,
@@ -56,14 +62,8 @@ from .mma_intrin import (
     fragment_slot,
     intrin_names,
 )
+from .tensor_core_budget import ALIGN_FACTOR, ROW_PAD, decide_block, output_run
 
-FRAGS = (1, 2, 4)            # 16 x 16 accumulators per warp along M or N
-WARPS = (1, 2, 4)            # warps per block along M or N
-K_CHUNKS = (16, 32, 64)
-STAGES = (2, 3, 4)
-RASTER = (1, 2, 4, 8)
-MAX_WARPS = 8
-ROW_PAD, ALIGN_FACTOR = 8, 32   # shared rows: stride = 8 (mod 32) elements
 MMA_MIN_ARCH = 80
 
 
@@ -89,10 +89,6 @@ class Realization:
 GPU, CPU_CHECK = Realization(True), Realization(False)
 
 
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def arch_number(target) -> int:
     """80 for sm_80, 90 for sm_90a."""
     digits = "".join(ch for ch in str(target.config.get("arch", "sm_0")) if ch.isdigit())
@@ -112,27 +108,6 @@ def tensor_core_blocks(sch, target) -> list[str]:
                 or roles.acc_dtype == roles.in_dtype == "float16"):
             out.append(name)
     return out
-
-
-def padded_row(elements: int) -> int:
-    """A shared row's stride after `storage_align(factor=32, offset=8)`: rows start 16
-    bytes apart modulo the 32 banks, so ldmatrix's eight row reads hit eight bank groups."""
-    return elements + (ROW_PAD - elements) % ALIGN_FACTOR
-
-
-def output_tile_bytes(wm: int, wn: int, fm: int, fn: int, acc_bytes: int) -> int:
-    """Static shared memory of the output tiles: each warp stores one 16 x 16 tile at a
-    time at its own place in the block tile, so the buffer spans from the first warp's
-    tile to the last warp's."""
-    return ((wm - 1) * fm * TILE + TILE) * ((wn - 1) * fn * TILE + TILE) * acc_bytes
-
-
-def pipeline_bytes(bm: int, bn: int, kc: int, stages: int, b_kn: bool) -> int:
-    """Dynamic shared memory of the pipeline: `stages` chunks of A ([bm, kc]) and B
-    ([kc, bn] or [bn, kc]) in 16-bit elements with padded rows."""
-    a = bm * padded_row(kc)
-    b = kc * padded_row(bn) if b_kn else bn * padded_row(kc)
-    return stages * (a + b) * 2
 
 
 class TensorCoreSketch(Sketch):
@@ -159,42 +134,11 @@ class TensorCoreSketch(Sketch):
             bind_unbound(sch, self.limits, decide)
 
 
-def _decide(decide: Decider, name: str, roles, limits: GpuLimits) -> dict:
-    """Every decision of one block, each within what the earlier ones leave."""
-    acc_bytes = 4 if roles.acc_dtype == "float32" else 2
-    ext = roles.extents
-    wm = decide.choice(f"{name}.warps_m", [w for w in WARPS
-                                          if w == 1 or w * TILE <= _ceil(ext[M], TILE) * TILE])
-    wn = decide.choice(f"{name}.warps_n", [w for w in WARPS if w * wm <= MAX_WARPS])
-    static = limits.max_shared_memory_per_block   # the output tiles' budget
-    fm = decide.choice(f"{name}.frags_m", [f for f in FRAGS if f == 1 or (
-        f * wm * TILE <= _ceil(ext[M], 16) * 16
-        and output_tile_bytes(wm, wn, f, 1, acc_bytes) <= static)])
-    fn = decide.choice(f"{name}.frags_n", [f for f in FRAGS if f == 1 or (
-        f * wn * TILE <= _ceil(ext[N], 16) * 16
-        and output_tile_bytes(wm, wn, fm, f, acc_bytes) <= static)])
-    bm, bn = wm * fm * TILE, wn * fn * TILE
-    static = output_tile_bytes(wm, wn, fm, fn, acc_bytes)
-    fits = [(kc, st) for kc in K_CHUNKS for st in STAGES
-            if pipeline_bytes(bm, bn, kc, st, roles.b_kn) + static
-            <= limits.max_dynamic_shared_memory_per_block]
-    kc = decide.choice(f"{name}.k_chunk", sorted({kc for kc, _ in fits}) or [16])
-    stages = decide.choice(f"{name}.stages", [st for k, st in fits if k == kc] or [2])
-    # 16-, 8- or 4-byte cp.async: aligned and contiguous in both inputs' rows
-    vector = decide.choice(f"{name}.vector", [v for v in (8, 4, 2) if all(
-        run % v == 0 for run in roles.runs)] or [1])
-    tiles_m = _ceil(ext[M], bm)
-    raster = decide.choice(f"{name}.raster", [r for r in RASTER if tiles_m % r == 0])
-    unroll = decide.choice(f"{name}.unroll", UNROLL_STEPS)
-    return {"wm": wm, "wn": wn, "fm": fm, "fn": fn, "bm": bm, "bn": bn, "kc": kc,
-            "stages": stages, "vector": vector, "raster": raster, "unroll": unroll}
-
-
 def schedule_gemm(sch, name: str, decide: Decider, limits: GpuLimits,
                   on: Realization = GPU) -> None:
     """The tensor-core schedule of block `name` (see the module docstring)."""
     roles = gemm_roles(sch, sch.get_sblock(name))
-    d = _decide(decide, name, roles, limits)
+    d = decide_block(decide, name, roles, limits, output_run(sch, sch.get_sblock(name), roles))
     to_gemm_form(sch, name, roles, {BATCH: 1, M: d["bm"], N: d["bn"], K: d["kc"]})
     intrin = intrin_names(roles.in_dtype, roles.acc_dtype, roles.b_kn)
     block = sch.get_sblock(name)
@@ -221,15 +165,33 @@ def schedule_gemm(sch, name: str, decide: Decider, limits: GpuLimits,
     ty = sch.fuse(m1, n1)
     on.bind(sch, ty, "threadIdx.y")
     _stage_inputs(sch, outer_block, roles, k0, k1, d, intrin, on)
-    _stage_output(sch, outer_block, ty, intrin, on)
+    _stage_output(sch, outer_block, ty, intrin, d, on)
     sch.decompose_reduction(outer_block, k0)
     on.tensorize(sch, sch.get_loops(sch.get_sblock(name))[-3], intrin.compute)
     on.tensorize(sch, sch.get_loops(sch.get_sblock(name + "_init"))[-2], intrin.fill)
-    if on.on_gpu:
-        sch.annotate(k0, "software_pipeline_stage", [0, 0, d["stages"] - 1])
-        sch.annotate(k0, "software_pipeline_order", [0, 1, 2])
-        sch.annotate(k0, "software_pipeline_async_stages", [0])
+    _annotate_pipelines(sch, k0, k1, d, on)
     annotate_unroll(sch, bx, d["unroll"])
+
+
+def _annotate_pipelines(sch, k0, k1, d, on: Realization) -> None:
+    """The software pipelines: over K chunks, the next chunks' copies in flight while the
+    warps compute on the current one (asynchronous copies on the GPU); with
+    `frag_buffers` 2, over a chunk's K steps, step k + 1's fragment loads before step
+    k's mma. The CPU check lowers the same pipelines (its loops are serial), so it checks
+    their prologues, epilogues and multi-versioned buffers too."""
+    last = d["stages"] - 1
+    if d["frag_buffers"] == 2:
+        sch.annotate(k1, "software_pipeline_stage", [0, 0, 1])
+        sch.annotate(k1, "software_pipeline_order", [0, 1, 2])
+        # the inner pipeline's prologue, body and epilogue are the outer loop's last
+        # three statements, all in its compute stage
+        sch.annotate(k0, "software_pipeline_stage", [0, 0, last, last, last])
+        sch.annotate(k0, "software_pipeline_order", [0, 1, 2, 3, 4])
+    else:
+        sch.annotate(k0, "software_pipeline_stage", [0, 0, last])
+        sch.annotate(k0, "software_pipeline_order", [0, 1, 2])
+    if on.on_gpu:
+        sch.annotate(k0, "software_pipeline_async_stages", [0])
 
 
 def _stage_inputs(sch, block, roles, k0, k1, d, intrin, on: Realization) -> None:
@@ -285,14 +247,17 @@ def _ndim(sch, block, side: str) -> int:
     return len(regions[0].source.shape)
 
 
-def _stage_output(sch, block, ty, intrin, on: Realization) -> None:
-    """Accumulators in fragments; per 16 x 16 fragment: store to a per-warp shared tile,
-    then all lanes of the warp write it out with the epilogue folded in.
+def _stage_output(sch, block, ty, intrin, d, on: Realization) -> None:
+    """Accumulators in fragments; per 16 x 16 fragment: store it to the warp's own
+    staging tile in shared memory, then all lanes of the warp write the tile out,
+    `out_vector` elements per store, with the epilogue folded in.
 
-    The block's (padded) output becomes the shared tile itself, so its first consumer
-    -- the slice of the padding back to the real extents, or the reindex copy -- is the
-    write-back: computed at each fragment, it keeps its own domain, whose bounds become
-    the store's predicate."""
+    The block's (padded) output becomes the staging buffer itself, laid out so that all
+    fragments of a warp share one tile (`_staging_map`): the buffer compacts to one
+    16 x 16 tile per warp, whatever the block tile. Its first consumer -- the slice of
+    the padding back to the real extents, or the reindex copy -- is the write-back:
+    computed at each fragment, it keeps its own domain, whose bounds become the store's
+    predicate (uniform over a vector: `out_vector` divides the output rows)."""
     sch.set_scope(block, 0, on.scope(OUT_SCOPE))
     frag_wb = sch.cache_write(block, 0, on.scope(FRAG_SCOPE))
     (writeback,) = sch.get_consumers(frag_wb)
@@ -305,9 +270,32 @@ def _stage_output(sch, block, ty, intrin, on: Realization) -> None:
     sch.transform_layout(frag_wb, ("read", 0), _fragment_map(_ndim(sch, frag_wb, "read"),
                                                              swap=False))
     sch.reverse_compute_at(writeback, c0)
+    sch.transform_layout(frag_wb, ("write", 0), _staging_map(
+        _ndim(sch, frag_wb, "write"), d["fm"] * TILE, d["fn"] * TILE))
     fused = sch.fuse(*sch.get_loops(writeback)[-2:])
-    _, tx = sch.split(fused, [None, WARP])
+    _, tx, vec = sch.split(fused, [None, WARP, d["out_vector"]])
     on.bind(sch, tx, "threadIdx.x")
+    if d["out_vector"] > 1:
+        sch.vectorize(vec)
     on.tensorize(sch, r1, intrin.store)
+    if on.on_gpu:
+        # fully unrolled, so every fragment index is a constant and the accumulators stay
+        # in registers (nvcc keeps a loop with a long epilogue rolled, and indexes them
+        # in local memory)
+        sch.unroll(r0)
+        sch.unroll(c0)
 
 
+def _staging_map(ndim: int, warp_m: int, warp_n: int):
+    """Output (..., m, n) -> (..., warp tile row, warp tile column, m % 16, n % 16),
+    for warp tiles of warp_m x warp_n: every fragment of one warp lands on the same
+    16 x 16 tile (each is stored, then written out, before the next), and the tiles of
+    the block's warps lie side by side, so the buffer compacts to one tile per warp.
+    Applied after both stages are placed: it is many-to-one, which is what the placement
+    makes safe."""
+    from tvm.tirx.function import IndexMap
+
+    def fn(*idx):
+        m, n = idx[-2:]
+        return (*idx[:-2], m // warp_m, n // warp_n, m % TILE, n % TILE)
+    return IndexMap.from_func(fn, ndim=ndim, index_dtype="int32")

@@ -23,7 +23,8 @@ def test_tensor_core_features_of_a_known_candidate_and_of_a_plain_schedule():
     space = generate_space(task, target)
     cand = Candidate.make("tensor_core", {
         "C.warps_m": 2, "C.warps_n": 4, "C.frags_m": 4, "C.frags_n": 2, "C.k_chunk": 64,
-        "C.stages": 3, "C.vector": 8, "C.raster": 2, "C.unroll": 0})
+        "C.stages": 3, "C.vector": 8, "C.raster": 2, "C.unroll": 0, "C.frag_buffers": 1,
+        "C.out_vector": 4})
     mod = space.apply(cand)
     got = dict(zip(NAMES, (round(2 ** v - 1) if n != "async" else v
                            for n, v in zip(NAMES, tensor_core_vector(mod)))))

@@ -80,22 +80,23 @@ def test_dynamic_shared_memory_is_the_opt_in_limit():
     from search_space import generate_space
     from search_space.cuda.limits import kernel_usage
     from search_space.cuda.lowering import lower_for_check
-    from search_space.cuda.tensor_core import output_tile_bytes, pipeline_bytes
+    from search_space.cuda.tensor_core_budget import pipeline_bytes, staging_bytes
 
     task = _task("matmul_mp", "M=512", "N=512", "K=512")
     big = _target("sm_80", max_dynamic_shared_memory_per_block=A100_DYNAMIC)
     space = generate_space(task, big)
     decisions = {"C.warps_m": 2, "C.warps_n": 4, "C.frags_m": 4, "C.frags_n": 2,
-                 "C.k_chunk": 64, "C.stages": 3, "C.vector": 8, "C.raster": 2, "C.unroll": 0}
+                 "C.k_chunk": 64, "C.stages": 3, "C.vector": 8, "C.raster": 2, "C.unroll": 0,
+                 "C.frag_buffers": 1, "C.out_vector": 4}
     from search_space.candidate import Candidate
 
     mod = space.apply(Candidate.make("tensor_core", decisions))
     (use,) = kernel_usage(lower_for_check(mod, big.tvm()))
-    # 3 stages of A [128, 64 + 8] and B [64, 128 + 8] halves (dynamic); fp32 output tiles
-    # from warp (0, 0)'s to warp (1, 3)'s: (64 + 16) x (96 + 16) (static)
+    # 3 stages of A [128, 64 + 8] and B [64, 128 + 8] halves (dynamic); one fp32 16 x 16
+    # staging tile per warp, 8 warps (static)
     assert use.dynamic_shared_bytes == 3 * (128 * 72 + 64 * 136) * 2 == pipeline_bytes(
         128, 128, 64, 3, True)
-    assert use.shared_bytes == 80 * 112 * 4 == output_tile_bytes(2, 4, 4, 2, 4)
+    assert use.shared_bytes == 8 * 16 * 16 * 4 == staging_bytes(2, 4, 4)
     assert space.check(mod) is None
     small = generate_space(task, _target("sm_80"))
     assert small.check(mod) == (
@@ -170,18 +171,22 @@ def test_schedule_index_arithmetic_equals_the_reference_on_cpu(workload, args):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_sampled_candidates_compile_with_hmma_and_ldgsts_for_sm80_and_sm90a(tmp_path):
     """Two distinct samples per operator (the bench runs 64): each fits the target and
-    compiles for both archs with HMMA and LDGSTS in its SASS. In a subprocess: a process
-    that compiled CUDA keeps TVM's CUDA runtime registered."""
+    compiles for both archs with HMMA and LDGSTS and no local memory in its SASS. In a
+    subprocess: a process that compiled CUDA keeps TVM's CUDA runtime registered."""
+    from support.sass_tools import skip_without_cuobjdump
+
+    skip_without_cuobjdump()
     out = tmp_path / "dry_run.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "tensor_core_dry_run.py"),
-                          "--per-op", "2", "--seed", "1", "--json", str(out)],
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "sketch_sass_dry_run.py"),
+                          "--sketches", "tensor_core", "--per-op", "2", "--seed", "1",
+                          "--json", str(out)],
                          env=env, capture_output=True, text=True, timeout=600, cwd=ROOT,
                          check=False)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
-    assert [r["case"] for r in rows] == ["matmul_fp16_odd", "matmul_bf16", "batch_matmul_fp16",
-                                         "dense_bias_gelu_fp16", "conv2d_nhwc_resnet50"]
+    assert [r["case"] for r in rows] == ["mma_matmul_fp16_odd", "mma_matmul_bf16",
+                                         "mma_batch_matmul_fp16", "mma_dense_bias_gelu_fp16",
+                                         "mma_conv2d_nhwc_resnet50"], run.stdout[-3000:]
     for r in rows:
-        assert (r["sampled"], r["passed"]) == (2, 2), r
-        assert r["hmma_min"] > 0
+        assert (r["sampled"], r["compiled"], r["passed"]) == (2, 2, 2), r
+        assert all(m["HMMA"] > 0 and m["LDGSTS"] > 0 for m in r["min"].values()), r
