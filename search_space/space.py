@@ -14,7 +14,7 @@ from .sketch import DefaultSketch, RuleSet, Sketch
 # a logger name, not an import: `autosched -v` configures the `autosched` loggers
 log = logging.getLogger("autosched.search_space")
 
-SPACE_VERSION = "11"
+SPACE_VERSION = "12"
 _MAX_SAMPLE_TRIES = 32
 # Decision specs kept per candidate (a candidate's specs never change: replay is
 # deterministic); the search mutates the same parents again and again.

@@ -64,7 +64,7 @@ def test_version_prints_what_a_bug_report_needs_without_importing_tvm(cli_here):
         f"tvm-ffi: {_dist('apache-tvm-ffi')}",
         f"torch: {_dist('torch')}",
         f"xgboost: {_dist('xgboost-cpu', 'xgboost')}",
-        "search space: 11",
+        "search space: 12",
         "cost-model features: 6",
         f"python: {platform.python_version()} ({platform.system()} {platform.machine()})",
     ]
