@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.llvm_run import normal_inputs, run_llvm
 
 ROOT = Path(__file__).resolve().parents[2]
 MP = str(ROOT / "examples" / "mixed_precision.py")
@@ -109,25 +110,6 @@ def test_dynamic_shared_memory_is_the_opt_in_limit():
         assert small.check(m) is None
 
 
-def _bf16(x: np.ndarray):
-    """A bfloat16 tensor holding `x` truncated (numpy has no bfloat16)."""
-    import tvm
-
-    bits = (x.astype("float32").view("uint32") >> 16).astype("uint16")
-    return tvm.runtime.tensor(bits, tvm.cpu())._create_view(x.shape, "bfloat16")
-
-
-def _run_llvm(mod, task, inputs: dict) -> list[np.ndarray]:
-    import tvm
-
-    lib = tvm.compile(mod, target="llvm")
-    outs = [tvm.runtime.tensor(np.zeros(s.shape, "uint16" if s.dtype == "bfloat16"
-                                        else s.dtype), tvm.cpu()) for s in task.outputs]
-    views = [o._create_view(s.shape, s.dtype) for o, s in zip(outs, task.outputs)]
-    lib["main"](*[inputs[s.name] for s in task.inputs], *views)
-    return [o.numpy() for o in outs]
-
-
 CPU_CASES = [
     ("matmul_mp", ["M=40", "N=24", "K=40"]),
     ("matmul_mp", ["M=48", "N=40", "K=24", "dtype=bfloat16"]),
@@ -142,7 +124,6 @@ def test_schedule_index_arithmetic_equals_the_reference_on_cpu(workload, args):
     """The sampled schedule with threads serial, buffers in plain memory and each
     intrinsic as its description: built for llvm, bit-equal to the unscheduled
     computation (same products, same summation order)."""
-    import tvm
     from tvm import s_tir
 
     from search_space.cuda.limits import GpuLimits
@@ -151,18 +132,13 @@ def test_schedule_index_arithmetic_equals_the_reference_on_cpu(workload, args):
 
     task = _task(workload, *args)
     target = _target("sm_80")
-    rng = np.random.default_rng(0)
-    inputs = {}
-    for s in task.inputs:
-        x = rng.standard_normal(s.shape).astype("float32")
-        inputs[s.name] = _bf16(x) if s.dtype == "bfloat16" else tvm.runtime.tensor(
-            x.astype(s.dtype), tvm.cpu())
-    ref = _run_llvm(task.mod, task, inputs)
+    inputs = normal_inputs(task)
+    ref = run_llvm(task.mod, task, inputs)
     sketch = TensorCoreSketch(GpuLimits.of(target), target, CPU_CHECK)
     for seed in range(2):
         sch = s_tir.Schedule(task.mod)
         sketch.apply(sch, Decider(rng=random.Random(seed), strict=False))
-        got = _run_llvm(sch.mod, task, inputs)
+        got = run_llvm(sch.mod, task, inputs)
         for g, r in zip(got, ref):
             assert np.array_equal(g, r), (seed, np.abs(g.astype("f8") - r.astype("f8")).max())
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.llvm_run import normal_inputs, run_llvm
 
 ROOT = Path(__file__).resolve().parents[2]
 MP = str(ROOT / "examples" / "mixed_precision.py")
@@ -122,24 +123,6 @@ def test_output_run_follows_the_epilogue_to_the_stored_rows():
         assert {d["out_vector"] for d in _draws(task, block, _target(), 40)} == set(widths)
 
 
-def _bf16(x: np.ndarray):
-    import tvm
-
-    bits = (x.astype("float32").view("uint32") >> 16).astype("uint16")
-    return tvm.runtime.tensor(bits, tvm.cpu())._create_view(x.shape, "bfloat16")
-
-
-def _run_llvm(mod, task, inputs: dict) -> list[np.ndarray]:
-    import tvm
-
-    lib = tvm.compile(mod, target="llvm")
-    outs = [tvm.runtime.tensor(np.zeros(s.shape, "uint16" if s.dtype == "bfloat16"
-                                        else s.dtype), tvm.cpu()) for s in task.outputs]
-    views = [o._create_view(s.shape, s.dtype) for o, s in zip(outs, task.outputs)]
-    lib["main"](*[inputs[s.name] for s in task.inputs], *views)
-    return [o.numpy() for o in outs]
-
-
 def _wide(wm, wn, fm, fn, frag_buffers, out_vector, kc=32, stages=3, vector=8):
     return {"warps_m": wm, "warps_n": wn, "frags_m": fm, "frags_n": fn, "k_chunk": kc,
             "stages": stages, "vector": vector, "raster": 1, "unroll": 0,
@@ -167,7 +150,6 @@ def test_wide_tiles_compute_the_reference_on_cpu(workload, args, path, block, de
     software pipelines lowered too: multi-versioned buffers, prologues, epilogues), the
     write-back vectorised, built for llvm: bit-equal to the unscheduled computation
     (the same products, summed in the same order)."""
-    import tvm
     from tvm import s_tir
 
     from search_space.cuda.limits import GpuLimits
@@ -176,20 +158,15 @@ def test_wide_tiles_compute_the_reference_on_cpu(workload, args, path, block, de
 
     task = _task(workload, *args, path=path)
     target = _target()
-    rng = np.random.default_rng(0)
-    inputs = {}
-    for s in task.inputs:
-        x = rng.standard_normal(s.shape).astype("float32")
-        inputs[s.name] = _bf16(x) if s.dtype == "bfloat16" else tvm.runtime.tensor(
-            x.astype(s.dtype), tvm.cpu())
-    ref = _run_llvm(task.mod, task, inputs)
+    inputs = normal_inputs(task)
+    ref = run_llvm(task.mod, task, inputs)
     sch = s_tir.Schedule(task.mod)
     decide = Decider({f"{block}.{k}": v for k, v in decisions.items()})
     TensorCoreSketch(GpuLimits.of(target), target, CPU_CHECK).apply(sch, decide)
     d = decisions
     assert (d["warps_m"] * d["frags_m"] * 16, d["warps_n"] * d["frags_n"] * 16) in {
         (256, 128), (128, 256), (256, 256)}
-    for got, want in zip(_run_llvm(sch.mod, task, inputs), ref):
+    for got, want in zip(run_llvm(sch.mod, task, inputs), ref):
         assert np.abs(want.astype("f8")).max() > 0
         assert np.array_equal(got, want), np.abs(got.astype("f8") - want.astype("f8")).max()
 
