@@ -8,7 +8,17 @@ time (tiles are walked in groups of `raster` tile rows, so neighbouring blocks s
 and B panels in L2): one block per tile, or, when `persistent`, one block per SM, block
 c computing tiles c, c + grid, ... with its ring of shared slots and their mbarrier
 phases running on from one tile into the next (`chunk_of`, `ring_at`), so the producer
-loads the next tile while the consumers write the last one back:
+loads the next tile while the consumers write the last one back. With `cluster` = 2 the
+blocks launch in clusters of two (`T.cta_id_in_cluster`: TVM sets the launch's cluster
+dimension), the partners computing adjacent tile columns of one tile row (the same A
+panel; `unit_at`, `tile_of_unit`), offered where the tile columns pair up. Each
+block's producer loads half of each A chunk (`a_share_at`) and TMA multicasts it into
+both blocks' slots (`.multicast::cluster`, CTA mask 0b11), each block's "full" barrier
+still expecting the whole chunk's bytes; a slot's "empty" barrier collects the consumer
+warps of both blocks (`empty_arrivals`: each warp arrives on both, the partner's
+mapped with `mapa`), so neither producer refills a slot its partner still reads; the
+blocks meet at a cluster barrier after the barriers' initialisation and before either
+exits (a partner may still arrive on the other's barriers):
 
 - warp specialisation: `consumers` (1 or 2) consumer warpgroups and one producer
   warpgroup (the last 128 threads); with two consumers the producer lowers its register
@@ -53,20 +63,23 @@ from .hopper_gemm_layout import (
     GemmShape,
     HopperConfig,
     a_rows_at,
+    a_share_at,
     b_at,
     chunk_of,
+    empty_arrivals,
     fragment_at,
     grid_of,
     plan,
     problem_of,
     ring_at,
-    tile_at,
-    tile_of,
+    tile_of_unit,
+    unit_at,
 )
 
 PIPELINE_ATTR = "autosched.tir_pipeline"
 PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg: 128 x (40 + 2 x 232) <= 65536
 TMA_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+MULTICAST = ".multicast::cluster"   # TMA_LOAD's form writing each block of a CTA mask
 
 
 def _ceil(a: int, b: int) -> int:
@@ -99,6 +112,8 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig, epilogue: Epilogue | None =
     rank = len(lead) + 2
     a_args, b_args = pa.tma_args(BATCH), pb.tma_args(BATCH)
     tma_load = TMA_LOAD.replace("2d", f"{rank}d")
+    CL = cfg.cluster
+    MASK = (1 << CL) - 1                   # multicast to every block of the cluster
 
     def at(bb, *coords):
         """TMA coordinates, innermost first, with the batch last when batched."""
@@ -111,9 +126,23 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig, epilogue: Epilogue | None =
     TOTAL = TILES * BATCH
     GRID = grid_of(TOTAL, cfg, sms)
     ROUNDS = _ceil(TOTAL, GRID)           # tiles a block computes, at most
+    UNITS, TOTAL_UNITS = TILES // CL, TOTAL // CL   # of CL tiles, one per block of a cluster
 
     def accs(acc, j):
         return [acc[j * ACC + i] for i in range(ACC)]
+
+    def release(bars, slot, peer_bar):
+        """One consumer warp's arrival on the "empty" barrier of `slot`: its block's,
+        or with clusters every block's (mapped into each through `mapa`)."""
+        if CL == 1:
+            T.evaluate(T.ptx.mbarrier.arrive.shared.b64(T.address_of(bars[slot]),
+                                                        T.uint32(1)))
+        else:
+            for p in range(CL):
+                T.evaluate(T.ptx.mapa.shared__cluster.u32(
+                    peer_bar[0], T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])),
+                    T.uint32(p)))
+                T.evaluate(T.ptx.mbarrier.arrive.shared__cluster.b64(peer_bar[0]))
 
     # fmt: off
     @T.prim_func(check_well_formed=False)   # checked once its operands are parameters
@@ -128,10 +157,18 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig, epilogue: Epilogue | None =
 
         T.device_entry()
         cta = T.cta_id([GRID])
+        if CL > 1:   # a cluster launch: blocks 2c and 2c + 1 form cluster c
+            cl_rank = T.cta_id_in_cluster([CL])
+        else:
+            cl_rank = T.meta_var(0)
         tid = T.thread_id([WG * (NC + 1)])
         smem = T.alloc_buffer((smem_total,), "uint8", scope="shared.dyn", align=1024)
         bars = T.alloc_buffer((2 * S,), "uint64", scope="shared", align=8)
         acc = T.alloc_buffer((MI * ACC,), "float32", scope="local")
+        if CL > 1:   # a barrier's address in a partner's shared memory
+            peer_bar = T.alloc_buffer((1,), "uint32", scope="local")
+        else:
+            peer_bar = T.meta_var(None)
         desc_a: T.uint64
         desc_b: T.uint64
 
@@ -142,28 +179,42 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig, epilogue: Epilogue | None =
         if tid == 0:
             for s in T.unroll(S):
                 T.ptx.mbarrier.init.shared.b64(T.address_of(bars[s]), T.uint32(1))
-                T.ptx.mbarrier.init.shared.b64(T.address_of(bars[S + s]), T.uint32(4 * NC))
+                T.ptx.mbarrier.init.shared.b64(T.address_of(bars[S + s]),
+                                               T.uint32(empty_arrivals(cfg)))
         T.ptx.fence.proxy.async_.shared__cta()
-        T.cuda.cta_sync()
+        if CL > 1:   # partners' barriers initialised before any multicast or arrival
+            T.ptx.fence.mbarrier_init.release.cluster()
+            T.cuda.cluster_sync()
+        else:
+            T.cuda.cta_sync()
 
         if wg == NC:
             if NC > 1:
                 T.ptx["setmaxnreg.dec.sync.aligned.u32"](PRODUCER_REGS)
             if tid % WG == 0:
                 for rt in T.serial(ROUNDS):
-                    tile = T.meta_var(tile_at(cta, rt, GRID))
-                    bb = T.meta_var(tile // TILES)
-                    tm, tn = T.meta_var(tile_of(tile % TILES, tiles_m, tiles_n, G, T.min))
-                    if tile < TOTAL:
+                    unit = T.meta_var(unit_at(cta, rt, GRID, CL))
+                    bb = T.meta_var(unit // UNITS)
+                    tm, tn = T.meta_var(tile_of_unit(unit % UNITS, cl_rank, tiles_m, tiles_n,
+                                                     G, CL, T.min))
+                    if unit < TOTAL_UNITS:
                         for kt in T.serial(KT):
                             s, ph = T.meta_var(ring_at(chunk_of(rt, kt, KT), S))
                             if chunk_of(rt, kt, KT) >= S:   # slot's previous chunk released
                                 T.cuda.mbarrier_wait(T.address_of(bars[S + s]), 1 - ph)
                             T.ptx.mbarrier.arrive.expect_tx.shared.b64(
                                 T.address_of(bars[s]), T.uint32(stage_bytes))
-                            T.ptx[tma_load](T.address_of(smem[s * stage_bytes]),
-                                            T.address_of(a_map), *at(bb, kt * BK, tm * BM),
-                                            T.address_of(bars[s]))
+                            if CL > 1:   # this block's box of A, to both blocks
+                                at_, row = T.meta_var(a_share_at(lay, s, cl_rank))
+                                T.ptx[tma_load + MULTICAST](
+                                    T.address_of(smem[at_]), T.address_of(a_map),
+                                    *at(bb, kt * BK, tm * BM + row), T.address_of(bars[s]),
+                                    T.uint16(MASK))
+                            else:
+                                T.ptx[tma_load](T.address_of(smem[s * stage_bytes]),
+                                                T.address_of(a_map),
+                                                *at(bb, kt * BK, tm * BM),
+                                                T.address_of(bars[s]))
                             for j in T.unroll(b_boxes):
                                 if pb.mn_major == 1:   # box j: columns [64 j, 64 j + 64)
                                     T.ptx[tma_load](
@@ -180,10 +231,11 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig, epilogue: Epilogue | None =
             if NC > 1:
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGS)
             for rt in T.serial(ROUNDS):
-                tile = T.meta_var(tile_at(cta, rt, GRID))
-                bb = T.meta_var(tile // TILES)
-                tm, tn = T.meta_var(tile_of(tile % TILES, tiles_m, tiles_n, G, T.min))
-                if tile < TOTAL:
+                unit = T.meta_var(unit_at(cta, rt, GRID, CL))
+                bb = T.meta_var(unit // UNITS)
+                tm, tn = T.meta_var(tile_of_unit(unit % UNITS, cl_rank, tiles_m, tiles_n, G,
+                                                 CL, T.min))
+                if unit < TOTAL_UNITS:
                     for i in T.serial(MI * ACC):
                         acc[i] = T.float32(0)
                     for kt in T.serial(KT):
@@ -206,14 +258,10 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig, epilogue: Epilogue | None =
                         # slot free
                         T.ptx.wgmma.wait_group.sync.aligned(1)
                         if kt > 0 and tid % 32 == 0:
-                            T.ptx.mbarrier.arrive.shared.b64(
-                                T.address_of(bars[S + (chunk_of(rt, kt, KT) + S - 1) % S]),
-                                T.uint32(1))
+                            release(bars, S + (chunk_of(rt, kt, KT) + S - 1) % S, peer_bar)
                     T.ptx.wgmma.wait_group.sync.aligned(0)
                     if ROUNDS > 1 and tid % 32 == 0:   # the tile's last slot, for the next
-                        T.ptx.mbarrier.arrive.shared.b64(
-                            T.address_of(bars[S + (chunk_of(rt, KT - 1, KT)) % S]),
-                            T.uint32(1))
+                        release(bars, S + chunk_of(rt, KT - 1, KT) % S, peer_bar)
                     # write-back from the wgmma accumulator layout, the epilogue applied
                     # to each accumulator; a thread's registers h, h + 1 are adjacent
                     # columns: one store of both where rows keep pairs aligned
@@ -237,6 +285,8 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig, epilogue: Epilogue | None =
                                     if row < M and col < N:
                                         c_flat[(bb * M + row) * N + col] = value(
                                             acc[j * ACC + i * 4 + h], bb, row, col)
+        if CL > 1:   # no block leaves while a partner may still arrive on its barriers
+            T.cuda.cluster_sync()
     # fmt: on
 
     if epilogue is not None and epilogue.operands:

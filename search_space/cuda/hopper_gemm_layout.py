@@ -48,6 +48,7 @@ class HopperConfig:
     consumers: int = 2
     raster: int = 8
     persistent: bool = False  # a grid of one block per SM, each looping over tiles
+    cluster: int = 1          # thread blocks per cluster: partners on adjacent tile columns
 
     @property
     def m_iters(self) -> int:
@@ -78,6 +79,8 @@ def config_problem(cfg: HopperConfig) -> str | None:
         return f"block tile {cfg.bm}x{cfg.bn} outside 64..256 (BN a multiple of 64)"
     if cfg.bk not in (32, 64):
         return f"BK={cfg.bk} is not 32 or 64"
+    if cfg.cluster not in (1, 2):
+        return f"cluster={cfg.cluster} is not 1 or 2"
     if not 2 <= cfg.stages <= 6:
         return f"stages={cfg.stages} outside 2..6"
     if cfg.m_iters * cfg.bn // 2 > MAX_ACC_PER_THREAD:
@@ -94,6 +97,9 @@ def problem_of(shape: GemmShape, cfg: HopperConfig) -> str | None:
         return "rows of A or B are not a multiple of 8 elements (TMA alignment)"
     if shape.in_dtype not in INPUTS or shape.out_dtype not in OUTPUTS:
         return f"dtypes {shape.in_dtype} -> {shape.out_dtype} not supported"
+    if -(-shape.n // cfg.bn) % cfg.cluster:
+        return f"{-(-shape.n // cfg.bn)} tile columns do not pair into clusters of " \
+               f"{cfg.cluster}"
     return config_problem(cfg)
 
 
@@ -131,14 +137,15 @@ class Operand:
                 self.box[1], 1, 1, 1, 1, 0, self.swizzle, 0, 0]
 
 
-def _k_major(offset: int, rows: int, bk: int, tensor: tuple) -> Operand:
-    """A [rows, BK] tile of a K-contiguous tensor: one box, rows of BK * 2 bytes
-    swizzled over their width; wgmma steps 32 bytes along K within a row and 8 rows
-    (`sbo`) between core matrices."""
+def _k_major(offset: int, rows: int, bk: int, tensor: tuple, parts: int = 1) -> Operand:
+    """A [rows, BK] tile of a K-contiguous tensor: `parts` boxes of rows / parts rows
+    one after the other (one per block of a cluster, `a_share_at`), rows of BK * 2
+    bytes swizzled over their width; wgmma steps 32 bytes along K within a row and 8
+    rows (`sbo`) between core matrices."""
     swizzle = 3 if bk * ELEM == 128 else 2
     row = SWIZZLE_BYTES[swizzle]
-    return Operand(offset, 1, (bk, rows), rows * bk * ELEM, swizzle, 1, 8 * row // 16,
-                   16 * ELEM, 0, tensor)
+    return Operand(offset, parts, (bk, rows // parts), rows // parts * bk * ELEM, swizzle,
+                   1, 8 * row // 16, 16 * ELEM, 0, tensor)
 
 
 def _mn_major(offset: int, cols: int, bk: int, tensor: tuple) -> Operand:
@@ -166,7 +173,7 @@ class Plan:
 
 def plan(shape: GemmShape, cfg: HopperConfig) -> Plan:
     """The shared-memory plan of the kernel for `shape` with `cfg`."""
-    a = _k_major(0, cfg.bm, cfg.bk, (shape.m, shape.k))
+    a = _k_major(0, cfg.bm, cfg.bk, (shape.m, shape.k), cfg.cluster)
     b_at = cfg.bm * cfg.bk * ELEM
     b = _mn_major(b_at, cfg.bn, cfg.bk, (shape.k, shape.n)) if shape.b_kn else \
         _k_major(b_at, cfg.bn, cfg.bk, (shape.n, shape.k))
@@ -177,6 +184,21 @@ def a_rows_at(plan_: Plan, cfg: HopperConfig, stage, row, kk):
     """Byte offset in shared memory of row `row` of A's tile in slot `stage`, at the
     start of 16-wide K step `kk` (where a wgmma descriptor for 64 rows starts)."""
     return stage * plan_.stage_bytes + row * cfg.bk * ELEM + kk * plan_.a.k_step
+
+
+def a_share_at(plan_: Plan, stage, rank):
+    """(byte offset in shared memory, first row in the tile) of the box of A's chunk
+    in slot `stage` that the block of rank `rank` in its cluster loads and multicasts
+    to every block of the cluster (the same offset in each: partners share A's rows)."""
+    a = plan_.a
+    return stage * plan_.stage_bytes + a.offset + rank * a.box_bytes, rank * a.box[1]
+
+
+def empty_arrivals(cfg: HopperConfig) -> int:
+    """Arrivals that release a slot: one per consumer warp of every block of the
+    cluster (a slot's A box comes from every block, so no producer overwrites it
+    before all of them are done with it)."""
+    return 4 * cfg.consumers * cfg.cluster
 
 
 def b_at(plan_: Plan, stage, kk):
@@ -203,9 +225,34 @@ def fragment_at(t, i, h):
 
 def grid_of(total: int, cfg: HopperConfig, sms: int = SMS) -> int:
     """Thread blocks the kernel launches for `total` tiles: one per tile, or, when
-    persistent, one per SM (at most one per tile), block `c` computing tiles c,
-    c + grid, c + 2 grid, ... (`tile_at`)."""
-    return min(sms, total) if cfg.persistent else total
+    persistent, one per SM (at most one per tile, whole clusters), block `c`
+    computing tiles c, c + grid, c + 2 grid, ... (`tile_at`), or with clusters, its
+    cluster computing units of `cluster` tiles so (`unit_at`)."""
+    cl = cfg.cluster
+    return cl * min(sms // cl, total // cl) if cfg.persistent else total
+
+
+def unit_at(cta, round_, grid: int, cluster: int):
+    """The unit of work (`cluster` adjacent tiles of one tile row, one per block of
+    the cluster) that block `cta`'s cluster -- blocks cta // cluster * cluster, ...,
+    consecutive, as a one-dimensional grid of clusters of `cluster` blocks launches
+    them -- computes in its round `round_`: the clusters walk the units as blocks walk
+    tiles without clusters (`tile_at`); valid while below tiles / cluster."""
+    if cluster == 1:
+        return tile_at(cta, round_, grid)
+    return tile_at(cta // cluster, round_, grid // cluster)
+
+
+def tile_of_unit(unit, rank, tiles_m: int, tiles_n: int, group: int, cluster: int,
+                 min_=min):
+    """(tile row, tile column) the block of rank `rank` in its cluster computes of
+    unit `unit`: units walk like tiles (`tile_of`) over tiles_n / cluster columns of
+    units, a unit's tiles being the adjacent columns cluster * u + rank of one tile
+    row (partners share the A panel); `cluster` divides `tiles_n` (`problem_of`)."""
+    if cluster == 1:
+        return tile_of(unit, tiles_m, tiles_n, group, min_)
+    tm, un = tile_of(unit, tiles_m, tiles_n // cluster, group, min_)
+    return tm, un * cluster + rank
 
 
 def tile_at(cta, round_, grid: int):

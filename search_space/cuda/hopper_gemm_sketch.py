@@ -14,9 +14,11 @@ where the workload sums in its 16-bit output type (at least as accurate as the
 reference).
 
 Unlike the other sketches it does not transform the task's schedule: its decisions
-(block tile BM x BN, BK, pipeline stages, consumer warpgroups, raster group, and
+(block tile BM x BN, BK, pipeline stages, consumer warpgroups, raster group,
 whether blocks are persistent -- one per SM, the target's `sm_count` where it says,
-else `hopper_gemm_layout.SMS`, each looping over tiles -- or one per tile) pick an
+else `hopper_gemm_layout.SMS`, each looping over tiles -- or one per tile, and the
+cluster size: 2 where the tile columns pair up, drawn last so the earlier draws stay
+as they were; a candidate recorded without it replays with 1, as it was built) pick an
 instance of the template, which `program` returns as the function to build; `apply`
 leaves it as it is. The function carries `hopper_gemm.PIPELINE_ATTR`, by which the CUDA
 builder compiles it with TVM's TIRx pipeline. Every decision is drawn within what the
@@ -47,6 +49,7 @@ BLOCK_K = (32, 64)
 STAGES = (2, 3, 4, 5, 6)
 CONSUMERS = (1, 2)
 RASTER = (1, 4, 8)
+CLUSTER = (1, 2)
 
 
 def is_tirx(mod) -> bool:
@@ -183,7 +186,12 @@ class WgmmaSketch(Sketch):
             HopperConfig(bm, bn, bk, st, nc)) is None] or [2])
         raster = decide.choice("wgmma.raster", list(RASTER))
         persistent = decide.choice("wgmma.persistent", [False, True])
-        return HopperConfig(bm, bn, bk, stages, nc, raster, persistent)
+        if decide.fixed and "wgmma.cluster" not in decide.fixed:
+            cluster = 1   # a candidate recorded before clusters: the kernel it measured
+        else:
+            cluster = decide.choice("wgmma.cluster", [c for c in CLUSTER
+                                                      if -(-s.n // bn) % c == 0])
+        return HopperConfig(bm, bn, bk, stages, nc, raster, persistent, cluster)
 
     def apply(self, sch, decide) -> None:
         return None

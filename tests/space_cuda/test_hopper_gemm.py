@@ -109,6 +109,7 @@ def test_every_sampled_decision_is_a_valid_kernel(op_files):
     assert len(seen) > 40
     assert {c.consumers for c in seen} == {1, 2} and {c.bk for c in seen} == {32, 64}
     assert {c.persistent for c in seen} == {False, True}
+    assert {c.cluster for c in seen} == {1, 2}   # N = 3000: 24, 16, 12 columns pair (BN > 64)
 
 
 
