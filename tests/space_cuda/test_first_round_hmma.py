@@ -48,9 +48,9 @@ def test_most_libraries_of_a_first_fp16_round_hold_hmma(tmp_path):
         assert (c["HMMA"] > 0, c["HGMMA"] > 0) == (sketch == "tensor_core",
                                                    sketch == "wgmma"), e
     with_hmma = sum(1 for n in hmma.values() if n > 0)
-    # every candidate built; all but the default and one SIMT race leader hold HMMA or
+    # every candidate built; all but the default and two SIMT candidates hold HMMA or
     # HGMMA (the two tensor-core sketches share the round; without the priors, seed 0
     # gave 2 of 6 built)
-    assert (len(built), with_hmma) == (TRIALS, TRIALS - 2)
+    assert (len(built), with_hmma) == (TRIALS, TRIALS - 3)
     assert 2 * with_hmma >= len(built)
     assert {"simple", "tile"} & {e["candidate"]["sketch"] for e in built}
