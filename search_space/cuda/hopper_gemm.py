@@ -40,7 +40,10 @@ exits (a partner may still arrive on the other's barriers):
   (`hopper_gemm_epilogue.py`: bias, activation, casts, a residual... composed into one
   expression, its operands read from global memory, C never stored); a thread's
   registers hold pairs of adjacent columns, stored as one 32-bit word (16-bit outputs)
-  or 64-bit word (fp32) where the row length is even (`pairs_fit`).
+  or 64-bit word (fp32) where the row length is even (`pairs_fit`); or, with `store` =
+  "tma", the pairs go to a swizzled staging area in shared memory and the TMA unit
+  stores the tile from there (`hopper_gemm_store.py`: boxes, barriers, the output's
+  tensor map; edge tiles clipped by TMA, the epilogue's operand indices clamped).
 
 Addresses, boxes, descriptors, the tile walk and the accumulator layout come from
 `hopper_gemm_layout.py` (plain Python, checked on the CPU).
@@ -75,11 +78,20 @@ from .hopper_gemm_layout import (
     tile_of_unit,
     unit_at,
 )
+from .hopper_gemm_store import (
+    box_at,
+    box_coords,
+    box_cols,
+    c_tma_args,
+    named_barrier,
+    staged_at,
+)
 
 PIPELINE_ATTR = "autosched.tir_pipeline"
 PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg: 128 x (40 + 2 x 232) <= 65536
 TMA_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
 MULTICAST = ".multicast::cluster"   # TMA_LOAD's form writing each block of a CTA mask
+TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
 
 
 def _ceil(a: int, b: int) -> int:
@@ -127,6 +139,20 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig, epilogue: Epilogue | None =
     GRID = grid_of(TOTAL, cfg, sms)
     ROUNDS = _ceil(TOTAL, GRID)           # tiles a block computes, at most
     UNITS, TOTAL_UNITS = TILES // CL, TOTAL // CL   # of CL tiles, one per block of a cluster
+    TMA_ST, OB = cfg.store == "tma", out_bits // 8   # TMA stores (`hopper_gemm_store.py`)
+    STG, SPANS = lay.ring, BN // box_cols(OB)        # the staging area after the ring
+    c_args, tma_store = c_tma_args(shape, OB), TMA_STORE.replace("2d", f"{rank}d")
+
+    def wg_sync(wg):
+        """The named barrier of consumer warpgroup `wg`'s threads."""
+        bar, count = named_barrier(wg)
+        T.evaluate(T.ptx["bar.sync"](tvm.tirx.Cast("uint32", bar), T.uint32(count)))
+
+    def edge(x, last, ragged):
+        """An operand index kept inside the output where tiles overhang it (TMA clips
+        the stores there; the epilogue must not read past its operands)."""
+        return T.min(x, last) if ragged and epilogue is not None and epilogue.operands \
+            else x
 
     def accs(acc, j):
         return [acc[j * ACC + i] for i in range(ACC)]
@@ -154,6 +180,10 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig, epilogue: Epilogue | None =
         T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, in_dt, rank, A.data, *a_args)
         b_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, in_dt, rank, B.data, *b_args)
+        if TMA_ST:
+            c_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+            T.call_packed("runtime.cuTensorMapEncodeTiled", c_map, out_dt, rank, C.data,
+                          *c_args)
 
         T.device_entry()
         cta = T.cta_id([GRID])
@@ -175,6 +205,8 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig, epilogue: Epilogue | None =
         wg = T.meta_var(tid // WG)
         c_flat = T.decl_buffer((BATCH * M * N,), out_dt, data=C.data)
         c_pairs = T.decl_buffer((BATCH * M * N // 2,), PACKED[out_bits], data=C.data)
+        staged = T.decl_buffer((smem_total // (2 * OB),), PACKED[out_bits], data=smem.data,
+                               scope="shared.dyn")
 
         if tid == 0:
             for s in T.unroll(S):
@@ -262,29 +294,59 @@ def hopper_gemm(shape: GemmShape, cfg: HopperConfig, epilogue: Epilogue | None =
                     T.ptx.wgmma.wait_group.sync.aligned(0)
                     if ROUNDS > 1 and tid % 32 == 0:   # the tile's last slot, for the next
                         release(bars, S + chunk_of(rt, KT - 1, KT) % S, peer_bar)
-                    # write-back from the wgmma accumulator layout, the epilogue applied
-                    # to each accumulator; a thread's registers h, h + 1 are adjacent
-                    # columns: one store of both where rows keep pairs aligned
-                    for j in T.unroll(MI):
-                        for i in T.unroll(ACC // 4):
-                            if PAIRS:
+                    if TMA_ST:   # pairs to the staging boxes, then TMA stores
+                        if ROUNDS > 1:   # the previous tile's stores have read the area
+                            if tid % WG == 0:
+                                T.ptx["cp.async.bulk.wait_group.read"](0)
+                            wg_sync(wg)
+                        for j in T.unroll(MI):
+                            for i in T.unroll(ACC // 4):
                                 for h in T.unroll(2):
                                     r, c = T.meta_var(fragment_at(tid % WG, i, 2 * h))
-                                    row = T.meta_var(tm * BM + wg * WM + j * 64 + r)
-                                    col = T.meta_var(tn * BN + c)
-                                    if row < M and col < N:   # N even: col + 1 < N too
-                                        c_pairs[((bb * M + row) * N + col) // 2] = pair_value(
+                                    row = T.meta_var(edge(tm * BM + wg * WM + j * 64 + r,
+                                                          M - 1, M % BM))
+                                    col = T.meta_var(edge(tn * BN + c, N - 2, N % BN))
+                                    staged[staged_at(STG, cfg, OB, wg, j, r, c) // (2 * OB)] = \
+                                        pair_value(
                                             value(acc[j * ACC + i * 4 + 2 * h], bb, row, col),
                                             value(acc[j * ACC + i * 4 + 2 * h + 1], bb, row,
                                                   col + 1), out_bits)
-                            else:
-                                for h in T.unroll(4):
-                                    r, c = T.meta_var(fragment_at(tid % WG, i, h))
-                                    row = T.meta_var(tm * BM + wg * WM + j * 64 + r)
-                                    col = T.meta_var(tn * BN + c)
-                                    if row < M and col < N:
-                                        c_flat[(bb * M + row) * N + col] = value(
-                                            acc[j * ACC + i * 4 + h], bb, row, col)
+                        T.ptx.fence.proxy.async_.shared__cta()
+                        wg_sync(wg)
+                        if tid % WG == 0:
+                            for j in T.unroll(MI):
+                                for q in T.unroll(SPANS):
+                                    T.ptx[tma_store](
+                                        T.address_of(c_map),
+                                        *at(bb, *box_coords(cfg, OB, tm, tn, wg, j, q)),
+                                        T.address_of(smem[box_at(STG, cfg, OB, wg, j, q)]))
+                            T.ptx["cp.async.bulk.commit_group"]()
+                    else:
+                        # write-back from the wgmma accumulator layout, the epilogue applied
+                        # to each accumulator; a thread's registers h, h + 1 are adjacent
+                        # columns: one store of both where rows keep pairs aligned
+                        for j in T.unroll(MI):
+                            for i in T.unroll(ACC // 4):
+                                if PAIRS:
+                                    for h in T.unroll(2):
+                                        r, c = T.meta_var(fragment_at(tid % WG, i, 2 * h))
+                                        row = T.meta_var(tm * BM + wg * WM + j * 64 + r)
+                                        col = T.meta_var(tn * BN + c)
+                                        if row < M and col < N:   # N even: col + 1 < N too
+                                            c_pairs[((bb * M + row) * N + col) // 2] = pair_value(
+                                                value(acc[j * ACC + i * 4 + 2 * h], bb, row, col),
+                                                value(acc[j * ACC + i * 4 + 2 * h + 1], bb, row,
+                                                      col + 1), out_bits)
+                                else:
+                                    for h in T.unroll(4):
+                                        r, c = T.meta_var(fragment_at(tid % WG, i, h))
+                                        row = T.meta_var(tm * BM + wg * WM + j * 64 + r)
+                                        col = T.meta_var(tn * BN + c)
+                                        if row < M and col < N:
+                                            c_flat[(bb * M + row) * N + col] = value(
+                                                acc[j * ACC + i * 4 + h], bb, row, col)
+            if TMA_ST and tid % WG == 0:   # the last stores done before the block exits
+                T.ptx["cp.async.bulk.wait_group"](0)
         if CL > 1:   # no block leaves while a partner may still arrive on its barriers
             T.cuda.cluster_sync()
     # fmt: on

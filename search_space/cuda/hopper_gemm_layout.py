@@ -49,6 +49,7 @@ class HopperConfig:
     raster: int = 8
     persistent: bool = False  # a grid of one block per SM, each looping over tiles
     cluster: int = 1          # thread blocks per cluster: partners on adjacent tile columns
+    store: str = "registers"  # write-back: from registers, or staged for TMA stores
 
     @property
     def m_iters(self) -> int:
@@ -62,8 +63,18 @@ class HopperConfig:
     def stage_bytes(self) -> int:
         return (self.bm + self.bn) * self.bk * ELEM
 
-    def smem_bytes(self) -> int:
-        return self.stages * self.stage_bytes()
+    def staging_bytes(self, out_bytes: int = 4) -> int:
+        """Bytes of the TMA stores' staging area (the BM x BN output tile; 0 without)."""
+        return self.bm * self.bn * out_bytes if self.store == "tma" else 0
+
+    def smem_bytes(self, out_bytes: int = 4) -> int:
+        """The ring's bytes, and the staging area's for `out_bytes`-byte outputs."""
+        return self.stages * self.stage_bytes() + self.staging_bytes(out_bytes)
+
+
+def out_bytes_of(shape: GemmShape) -> int:
+    """Bytes of one output element."""
+    return 4 if shape.out_dtype == "float32" else 2
 
 
 def tma_compatible(shape: GemmShape) -> bool:
@@ -71,8 +82,8 @@ def tma_compatible(shape: GemmShape) -> bool:
     return shape.k % 8 == 0 and (shape.n % 8 == 0 if shape.b_kn else True)
 
 
-def config_problem(cfg: HopperConfig) -> str | None:
-    """Why `cfg` is not a valid kernel, or None."""
+def config_problem(cfg: HopperConfig, out_bytes: int = 4) -> str | None:
+    """Why `cfg` is not a valid kernel (for `out_bytes`-byte outputs), or None."""
     if cfg.consumers not in (1, 2) or cfg.bm % (64 * cfg.consumers):
         return f"BM={cfg.bm} is not a multiple of 64 per consumer warpgroup"
     if not (64 <= cfg.bn <= 256 and cfg.bn % 64 == 0) or not 64 <= cfg.bm <= 256:
@@ -86,8 +97,10 @@ def config_problem(cfg: HopperConfig) -> str | None:
     if cfg.m_iters * cfg.bn // 2 > MAX_ACC_PER_THREAD:
         return f"{cfg.m_iters * cfg.bn // 2} accumulators per thread (at most " \
                f"{MAX_ACC_PER_THREAD})"
-    if cfg.smem_bytes() > SMEM_BUDGET:
-        return f"{cfg.smem_bytes()} bytes of shared memory (at most {SMEM_BUDGET})"
+    if cfg.store not in ("registers", "tma"):
+        return f"store={cfg.store} is not registers or tma"
+    if cfg.smem_bytes(out_bytes) > SMEM_BUDGET:
+        return f"{cfg.smem_bytes(out_bytes)} bytes of shared memory (at most {SMEM_BUDGET})"
     return None
 
 
@@ -97,10 +110,13 @@ def problem_of(shape: GemmShape, cfg: HopperConfig) -> str | None:
         return "rows of A or B are not a multiple of 8 elements (TMA alignment)"
     if shape.in_dtype not in INPUTS or shape.out_dtype not in OUTPUTS:
         return f"dtypes {shape.in_dtype} -> {shape.out_dtype} not supported"
+    out_bytes = out_bytes_of(shape)
+    if cfg.store == "tma" and shape.n * out_bytes % 16:
+        return "rows of the output are not 16-byte aligned (TMA stores)"
     if -(-shape.n // cfg.bn) % cfg.cluster:
         return f"{-(-shape.n // cfg.bn)} tile columns do not pair into clusters of " \
                f"{cfg.cluster}"
-    return config_problem(cfg)
+    return config_problem(cfg, out_bytes)
 
 
 @dataclass(frozen=True)
@@ -159,16 +175,22 @@ def _mn_major(offset: int, cols: int, bk: int, tensor: tuple) -> Operand:
 
 @dataclass(frozen=True)
 class Plan:
-    """Shared memory of the kernel: `stages` slots of `stage_bytes`, A then B in each."""
+    """Shared memory of the kernel: `stages` slots of `stage_bytes`, A then B in each,
+    then `staging` bytes for TMA stores (`hopper_gemm_store.py`) from offset `ring`."""
 
     a: Operand
     b: Operand
     stage_bytes: int
     stages: int
+    staging: int = 0
+
+    @property
+    def ring(self) -> int:
+        return self.stages * self.stage_bytes
 
     @property
     def total(self) -> int:
-        return self.stages * self.stage_bytes
+        return self.ring + self.staging
 
 
 def plan(shape: GemmShape, cfg: HopperConfig) -> Plan:
@@ -177,7 +199,7 @@ def plan(shape: GemmShape, cfg: HopperConfig) -> Plan:
     b_at = cfg.bm * cfg.bk * ELEM
     b = _mn_major(b_at, cfg.bn, cfg.bk, (shape.k, shape.n)) if shape.b_kn else \
         _k_major(b_at, cfg.bn, cfg.bk, (shape.n, shape.k))
-    return Plan(a, b, cfg.stage_bytes(), cfg.stages)
+    return Plan(a, b, cfg.stage_bytes(), cfg.stages, cfg.staging_bytes(out_bytes_of(shape)))
 
 
 def a_rows_at(plan_: Plan, cfg: HopperConfig, stage, row, kk):

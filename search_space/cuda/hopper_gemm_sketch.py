@@ -18,7 +18,11 @@ Unlike the other sketches it does not transform the task's schedule: its decisio
 whether blocks are persistent -- one per SM, the target's `sm_count` where it says,
 else `hopper_gemm_layout.SMS`, each looping over tiles -- or one per tile, and the
 cluster size: 2 where the tile columns pair up, drawn last so the earlier draws stay
-as they were; a candidate recorded without it replays with 1, as it was built) pick an
+as they were; a candidate recorded without it replays with 1, as it was built; then
+the write-back, `wgmma.store`: from registers, or "tma" -- staged in shared memory and
+stored by the TMA unit (`hopper_gemm_store.py`) -- offered where the output's rows are
+16-byte aligned and the staging area fits beside the ring, drawn after the cluster for
+the same reason, a candidate recorded without it replaying from registers) pick an
 instance of the template, which `program` returns as the function to build; `apply`
 leaves it as it is. The function carries `hopper_gemm.PIPELINE_ATTR`, by which the CUDA
 builder compiles it with TVM's TIRx pipeline. Every decision is drawn within what the
@@ -26,7 +30,7 @@ earlier ones leave (accumulator registers, shared memory), so every sample build
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..sketch import Sketch
 from .gemm_form import BATCH, K, M, N, gemm_roles
@@ -39,8 +43,10 @@ from .hopper_gemm_layout import (
     GemmShape,
     HopperConfig,
     config_problem,
+    problem_of,
     tma_compatible,
 )
+from .hopper_gemm_store import STORES, store_fits
 
 WGMMA_ARCH = "sm_90a"
 BLOCK_M = (64, 128, 256)
@@ -191,7 +197,11 @@ class WgmmaSketch(Sketch):
         else:
             cluster = decide.choice("wgmma.cluster", [c for c in CLUSTER
                                                       if -(-s.n // bn) % c == 0])
-        return HopperConfig(bm, bn, bk, stages, nc, raster, persistent, cluster)
+        cfg = HopperConfig(bm, bn, bk, stages, nc, raster, persistent, cluster)
+        if decide.fixed and "wgmma.store" not in decide.fixed:
+            return cfg    # a candidate recorded before TMA stores: registers, as built
+        fits = store_fits(s) and problem_of(s, replace(cfg, store="tma")) is None
+        return replace(cfg, store=decide.choice("wgmma.store", list(STORES[:1 + fits])))
 
     def apply(self, sch, decide) -> None:
         return None

@@ -104,12 +104,13 @@ def test_every_sampled_decision_is_a_valid_kernel(op_files):
     rng, seen = random.Random(0), set()
     for _ in range(200):
         cfg = sketch.decide(Decider(rng=rng))
-        assert isinstance(cfg, HopperConfig) and config_problem(cfg) is None, cfg
+        assert isinstance(cfg, HopperConfig) and config_problem(cfg, 2) is None, cfg
         seen.add(cfg)
     assert len(seen) > 40
     assert {c.consumers for c in seen} == {1, 2} and {c.bk for c in seen} == {32, 64}
     assert {c.persistent for c in seen} == {False, True}
     assert {c.cluster for c in seen} == {1, 2}   # N = 3000: 24, 16, 12 columns pair (BN > 64)
+    assert {c.store for c in seen} == {"registers", "tma"}   # fp16 rows of 6000 bytes
 
 
 
