@@ -14,7 +14,7 @@ Sketches (each schedules every block of the task, so every candidate is valid CU
 - `wgmma` (`hopper_gemm_sketch.py`): on sm_90a only, a task that is one 16-bit GEMM (or
   batch GEMM) and an elementwise epilogue of its output (bias, activation, cast,
   residual), as an instance of the Hopper kernel template (wgmma fed by TMA,
-  warp-specialised, persistent or not, clusters of 2 with A multicast);
+  warp-specialised, persistent or not, clusters of 2 with A multicast, TMA store or not);
 - `simt_gemm` (`simt_gemm.py`): GEMM-shaped fp32 reductions on the FP32 pipes, thread
   tiles register-blocked, A stored transposed in shared memory, float4 global and shared
   loads, the next K tile loaded into registers while the current one computes, and
