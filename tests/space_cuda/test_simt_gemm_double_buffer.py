@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import random
 import shutil
-import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-HERE = Path(__file__).parent
-if str(HERE) not in sys.path:   # the tasks and references of the plain sketch's tests
-    sys.path.insert(0, str(HERE))
-from test_simt_gemm import _numpy, _target, _task  # noqa: E402
+from support.simt_cases import _numpy, _target, _task
 
 SKETCH = "simt_gemm"
 # the classic SGEMM block: 128 x 128 x 8, 8 x 8 thread tiles as two runs of 4 each way
