@@ -9,65 +9,16 @@ path (`space.apply` -> `build_job`), all compiled in one subprocess
 (tests/support/sass_tools.py)."""
 from __future__ import annotations
 
-import json
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.support.sass_tools import run_compile_script, skip_without_cuobjdump
+from support.hopper_sass import counts, hopper_sass
+from support.sass_tools import skip_without_cuobjdump
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples"
-
-SCRIPT = textwrap.dedent("""
-    import json, os, random, re, tempfile
-    import tvm
-    from autosched.measure.cuda import sass
-    from autosched.measure.builder import build_job
-    from autosched.target import resolve_target
-    from autosched.workload import load_tasks
-    from search_space import generate_space
-    from search_space.cuda.hopper_gemm import hopper_gemm
-    from search_space.cuda.hopper_gemm_layout import HopperConfig
-    from search_space.cuda.hopper_gemm_sketch import hopper_task
-
-    target = resolve_target(json.dumps({"kind": "cuda", "arch": "sm_90a"}))
-    fixed, sampled = json.loads(FIXED), json.loads(SAMPLED)
-
-    def counts(mod):
-        lib = os.path.join(tempfile.mkdtemp(), "k.so")
-        reply = build_job({"mod": tvm.ir.save_json(mod), "out": lib,
-                           "target": target.config, "kind": "cuda"})
-        assert reply["ok"], reply
-        ops = sass.opcode_counts(lib)
-        out = {k: ops.get(k, 0) for k in ("HGMMA", "UTMALDG", "STL", "LDL")}
-        out["tag"] = b"clusterCtaIdx.x" in open(lib, "rb").read()
-        names = sass.mnemonic_counts(lib)
-        out["multicast"] = sass.count_named(names, "UTMALDG.MULTICAST")
-        out["remote_arrive"] = sass.count_named(names, "SYNCS.ARRIVE.TRANS64.RED")
-        return out
-
-    out = []
-    for path, name, args, cfg in fixed:
-        task = load_tasks(path, names=[name] if name else None, arg_items=args)[0]
-        found = hopper_task(task.func, target)
-        func = hopper_gemm(found.shape, HopperConfig(*cfg), found.epilogue,
-                           list(found.params))
-        out.append(counts(tvm.IRModule({"main": func})))
-    for path, args, count in sampled:
-        space = generate_space(load_tasks(path, arg_items=args)[0], target)
-        rng, got = random.Random(7), 0
-        while got < count:
-            cand, mod = space.sample(rng, sketch="wgmma")
-            if cand.values()["wgmma.cluster"] == 2:
-                assert space.check(mod) is None
-                out.append(counts(space.apply(cand)))
-                got += 1
-    print("RESULT", json.dumps(out))
-""")
-
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -83,13 +34,14 @@ def test_cluster_kernels_compile_to_hgmma_and_tma_without_spills(tmp_path):
         (str(EX / "mixed_precision.py"), "dense_bias_gelu_mp",
          ["M=2000", "N=4096", "K=1024", "dtype=bfloat16"], (256, 128, 64, 4, 2, 8, False, 2)),
     ]
-    sampled = [(str(EX / "matmul.py"), ["dtype=float16", "M=4000", "N=3000", "K=1024"], 2)]
-    script = SCRIPT.replace("FIXED", repr(json.dumps(fixed))).replace(
-        "SAMPLED", repr(json.dumps(sampled)))
-    got = run_compile_script(script, tmp_path)
+    sampled = [(str(EX / "matmul.py"), None, ["dtype=float16", "M=4000", "N=3000", "K=1024"],
+                2, 7, {"wgmma.cluster": 2})]
+    got = hopper_sass(fixed, sampled, tmp_path)
     assert len(got) == 6
-    for ops in got:
+    for kernel in got:
+        ops = counts(kernel, "HGMMA", "UTMALDG", "STL", "LDL", "UTMALDG.MULTICAST",
+                     "SYNCS.ARRIVE.TRANS64.RED")
         assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0, ops
         assert ops["STL"] == ops["LDL"] == 0, ops
-        assert ops["tag"] is True and ops["multicast"] > 0, ops
-        assert ops["remote_arrive"] > 0, ops
+        assert kernel["cluster_tag"] is True and ops["UTMALDG.MULTICAST"] > 0, ops
+        assert ops["SYNCS.ARRIVE.TRANS64.RED"] > 0, ops

@@ -9,14 +9,14 @@ through the builder's path like every candidate (`space.apply` -> `build_job`). 
 compiles run in one subprocess (tests/support/sass_tools.py)."""
 from __future__ import annotations
 
-import json
 import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.support.sass_tools import run_compile_script, skip_without_cuobjdump
+from support.hopper_sass import counts, hopper_sass, mnemonics_of
+from support.sass_tools import skip_without_cuobjdump
 
 ROOT = Path(__file__).resolve().parents[2]
 MP = str(ROOT / "examples" / "mixed_precision.py")
@@ -38,50 +38,6 @@ RESIDUAL = textwrap.dedent('''
         return R, A, B, y
 ''')
 
-SCRIPT = textwrap.dedent("""
-    import json, os, random, re, sys, tempfile
-    import tvm
-    from autosched.measure.cuda import sass
-    from autosched.measure.builder import build_job
-    from autosched.target import resolve_target
-    from autosched.workload import load_tasks
-    from search_space import generate_space
-    from search_space.cuda.hopper_gemm import hopper_gemm
-    from search_space.cuda.hopper_gemm_layout import HopperConfig
-    from search_space.cuda.hopper_gemm_sketch import hopper_task
-
-    target = resolve_target(json.dumps({"kind": "cuda", "arch": "sm_90a"}))
-    fixed, sampled = json.loads(FIXED), json.loads(SAMPLED)
-
-    def counts(mod):
-        lib = os.path.join(tempfile.mkdtemp(), "k.so")
-        reply = build_job({"mod": tvm.ir.save_json(mod), "out": lib,
-                           "target": target.config, "kind": "cuda"})
-        assert reply["ok"], reply
-        text = sass.dump_sass(lib)
-        ops = {k: len(re.findall(r"\\b" + k + r"[ .]", text))
-               for k in ("HGMMA", "UTMALDG", "STL", "LDL")}
-        ops["stores"] = sorted(set(re.findall(r"\\b(STG[.A-Z0-9]*) ", text)))
-        return ops
-
-    out = []
-    for path, name, args, cfg in fixed:
-        task = load_tasks(path, names=[name], arg_items=args)[0]
-        found = hopper_task(task.func, target)
-        func = hopper_gemm(found.shape, HopperConfig(*cfg), found.epilogue,
-                           list(found.params))
-        out.append(counts(tvm.IRModule({"main": func})))
-    for path, name, args, count in sampled:
-        space = generate_space(load_tasks(path, names=[name], arg_items=args)[0], target)
-        rng = random.Random(3)
-        for _ in range(count):
-            cand, mod = space.sample(rng, sketch="wgmma")
-            assert space.check(mod) is None
-            out.append(counts(space.apply(cand)))
-    print("RESULT", json.dumps(out))
-""")
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_fused_epilogue_kernels_compile_to_hgmma_tma_and_paired_stores(tmp_path):
@@ -95,13 +51,12 @@ def test_fused_epilogue_kernels_compile_to_hgmma_tma_and_paired_stores(tmp_path)
     gelu, big = "dense_bias_gelu_mp", ["M=2000", "N=4096", "K=1024"]
     fixed = [(MP, gelu, [*big, "dtype=float16"], (128, 256, 64, 4, 2, 8, True)),
              (MP, gelu, [*big, "dtype=bfloat16"], (256, 128, 64, 4, 2, 8, False))]
-    sampled = [(MP, gelu, ["M=1000", "N=600", "K=256", "dtype=float16"], 2),
-               (str(residual), "residual", [], 1)]
-    script = SCRIPT.replace("FIXED", repr(json.dumps(fixed))).replace(
-        "SAMPLED", repr(json.dumps(sampled)))
-    got = run_compile_script(script, tmp_path)
+    sampled = [(MP, gelu, ["M=1000", "N=600", "K=256", "dtype=float16"], 2, 3, {}),
+               (str(residual), "residual", [], 1, 3, {})]
+    got = hopper_sass(fixed, sampled, tmp_path)
     assert len(got) == 5
-    for ops in got:
+    for kernel in got:
+        ops = counts(kernel, "HGMMA", "UTMALDG", "STL", "LDL")
         assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0, ops
         assert ops["STL"] == ops["LDL"] == 0, ops
-    assert [ops["stores"] for ops in got] == [["STG.E"]] * 4 + [["STG.E.64"]]
+    assert [mnemonics_of(k, "STG") for k in got] == [["STG.E"]] * 4 + [["STG.E.64"]]

@@ -9,65 +9,16 @@ two sampled "tma" candidates through the builder's path (`space.apply` -> `build
 all compiled in one subprocess (tests/support/sass_tools.py)."""
 from __future__ import annotations
 
-import json
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.support.sass_tools import run_compile_script, skip_without_cuobjdump
+from support.hopper_sass import counts, hopper_sass, mnemonics_of
+from support.sass_tools import skip_without_cuobjdump
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples"
-
-SCRIPT = textwrap.dedent("""
-    import json, os, random, tempfile
-    import tvm
-    from autosched.measure.cuda import sass
-    from autosched.measure.builder import build_job
-    from autosched.target import resolve_target
-    from autosched.workload import load_tasks
-    from search_space import generate_space
-    from search_space.cuda.hopper_gemm import hopper_gemm
-    from search_space.cuda.hopper_gemm_layout import HopperConfig
-    from search_space.cuda.hopper_gemm_sketch import hopper_task
-
-    target = resolve_target(json.dumps({"kind": "cuda", "arch": "sm_90a"}))
-    fixed, sampled = json.loads(FIXED), json.loads(SAMPLED)
-
-    def counts(mod):
-        lib = os.path.join(tempfile.mkdtemp(), "k.so")
-        reply = build_job({"mod": tvm.ir.save_json(mod), "out": lib,
-                           "target": target.config, "kind": "cuda"})
-        assert reply["ok"], reply
-        ops = sass.opcode_counts(lib)
-        out = {k: ops.get(k, 0) for k in ("HGMMA", "UTMALDG", "UTMASTG", "STG", "STL",
-                                          "LDL")}
-        names = sass.mnemonic_counts(lib)
-        out["sts"] = sorted(n for n in names if n.split(".")[0] == "STS")
-        return out
-
-    out = []
-    for path, name, args, cfg in fixed:
-        task = load_tasks(path, names=[name] if name else None, arg_items=args)[0]
-        found = hopper_task(task.func, target)
-        func = hopper_gemm(found.shape, HopperConfig(*cfg), found.epilogue,
-                           list(found.params))
-        out.append(counts(tvm.IRModule({"main": func})))
-    for path, name, args, count in sampled:
-        task = load_tasks(path, names=[name] if name else None, arg_items=args)[0]
-        space = generate_space(task, target)
-        rng, got = random.Random(11), 0
-        while got < count:
-            cand, mod = space.sample(rng, sketch="wgmma")
-            if cand.values()["wgmma.store"] == "tma":
-                assert space.check(mod) is None
-                out.append(counts(space.apply(cand)))
-                got += 1
-    print("RESULT", json.dumps(out))
-""")
-
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
@@ -87,13 +38,13 @@ def test_tma_store_kernels_compile_to_utmastg_without_spills(tmp_path):
         (str(EX / "matmul.py"), None, ["dtype=bfloat16", "M=1000", "N=504", "K=200"],
          (128, 64, 32, 4, 1, 4, False, 2, "tma")),
     ]
-    sampled = [(mp, "dense_bias_gelu_mp", ["M=1000", "N=600", "K=256", "dtype=float16"], 2)]
-    script = SCRIPT.replace("FIXED", repr(json.dumps(fixed))).replace(
-        "SAMPLED", repr(json.dumps(sampled)))
-    got = run_compile_script(script, tmp_path)
+    sampled = [(mp, "dense_bias_gelu_mp", ["M=1000", "N=600", "K=256", "dtype=float16"], 2,
+                11, {"wgmma.store": "tma"})]
+    got = hopper_sass(fixed, sampled, tmp_path)
     assert len(got) == 7
-    for ops in got:
+    for kernel in got:
+        ops = counts(kernel, "HGMMA", "UTMALDG", "UTMASTG", "STG", "STL", "LDL")
         assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0 and ops["UTMASTG"] > 0, ops
         assert ops["STG"] == ops["STL"] == ops["LDL"] == 0, ops
-    assert [ops["sts"] for ops in got] == [["STS"], ["STS.64"], ["STS"], ["STS"], ["STS"],
-                                           ["STS"], ["STS"]]
+    assert [mnemonics_of(k, "STS") for k in got] == [["STS"], ["STS.64"], ["STS"], ["STS"],
+                                                     ["STS"], ["STS"], ["STS"]]

@@ -21,13 +21,13 @@ def skip_without_cuobjdump() -> None:
         pytest.skip("needs cuobjdump (pip install nvidia-cuda-cuobjdump)")
 
 
-def run_compile_script(script: str, tests_dir) -> list:
-    """Run `script` (Python source taking the tests folder as argv[1]) in a subprocess
-    -- a process that compiled CUDA keeps TVM's CUDA runtime registered -- and return
+def run_compile_script(script: str, tests_dir, *args: str) -> list:
+    """Run `script` (Python source taking the tests folder as argv[1], then `args`) in a
+    subprocess -- a process that compiled CUDA keeps TVM's CUDA runtime registered -- and return
     the JSON list it prints on its line starting "RESULT ". The repository and its tests
     folder are on its path, so a test module it imports finds `support` as under pytest."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
-    run = subprocess.run([sys.executable, "-c", script, str(tests_dir)], env=env,
+    run = subprocess.run([sys.executable, "-c", script, str(tests_dir), *args], env=env,
                          capture_output=True, text=True, timeout=600, cwd=ROOT, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     line = next(ln for ln in run.stdout.splitlines() if ln.startswith("RESULT "))
