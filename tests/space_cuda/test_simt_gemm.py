@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.simt_cases import _numpy, _target, _task  # noqa: F401 (the compile scripts')
+from support.simt_cases import simt_reference, simt_target, simt_task
 
 ROOT = Path(__file__).resolve().parents[2]
 SKETCH = "simt_gemm"
@@ -44,12 +44,12 @@ def test_offered_for_float32_gemms_only():
     def blocks(task):
         return simt_gemm_blocks(s_tir.Schedule(task.mod))
 
-    assert SKETCH in generate_space(_task("matmul", M=64, N=64, K=64), _target()).sketches
-    assert blocks(_task("batch_matmul")) == ["C"]
-    assert blocks(_task("dense_bias_relu")) == ["dense"]
-    assert blocks(_task("block_transform")) == ["T", "Y"]
-    assert blocks(_task("matmul", dtype="float16")) == []
-    assert blocks(_task("softmax")) == []
+    assert SKETCH in generate_space(simt_task("matmul", M=64, N=64, K=64), simt_target()).sketches
+    assert blocks(simt_task("batch_matmul")) == ["C"]
+    assert blocks(simt_task("dense_bias_relu")) == ["dense"]
+    assert blocks(simt_task("block_transform")) == ["T", "Y"]
+    assert blocks(simt_task("matmul", dtype="float16")) == []
+    assert blocks(simt_task("softmax")) == []
 
 
 def test_copy_plans_load_whole_vectors():
@@ -70,8 +70,8 @@ def test_samples_fit_the_target_with_128x128_class_tiles():
     from search_space.cuda.limits import check_module
     from search_space.cuda.simt_gemm import copy_plan
 
-    task = _task("matmul", M=1024, N=1024, K=1024)
-    target = _target()
+    task = simt_task("matmul", M=1024, N=1024, K=1024)
+    target = simt_target()
     tiles = set()
     for seed in range(10):
         d, mod = _schedule(task, seed, target)
@@ -107,8 +107,8 @@ def test_emulated_kernel_equals_numpy(cuda_emulator, name, args, seed):
     """A sampled candidate (or one with the given decisions) of each case."""
     from search_space.cuda.limits import check_module
 
-    task = _task(name, **args)
-    target = _target()
+    task = simt_task(name, **args)
+    target = simt_target()
     made, mod = _schedule(task, seed, target)
     assert check_module(mod, target) is None
     seed = 5 if isinstance(seed, dict) else seed
@@ -116,7 +116,7 @@ def test_emulated_kernel_equals_numpy(cuda_emulator, name, args, seed):
     inputs = {s.name: rng.standard_normal(s.shape).astype("float32") for s in task.inputs}
     (out,) = task.outputs
     got = cuda_emulator.emulate(mod, target, inputs, {out.name: (out.shape, out.dtype)})
-    want = _numpy(name, inputs)
+    want = simt_reference(name, inputs)
     assert np.abs(want).max() > 0
     np.testing.assert_allclose(got[out.name], want, rtol=1e-4, atol=1e-4, err_msg=str(made))
 
@@ -126,7 +126,8 @@ COMPILE = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     from autosched.measure.cuda import sass
     from autosched.measure.cuda.compiler import build_cuda
-    from test_simt_gemm import _target, _task, SKETCH
+    from support.simt_cases import simt_target, simt_task
+    from test_simt_gemm import SKETCH
     from search_space import generate_space
     from search_space.candidate import Candidate
     import random
@@ -136,11 +137,11 @@ COMPILE = textwrap.dedent("""
             "double_buffer": False}
     out = []
     for arch in ("sm_80", "sm_90a"):
-        target = _target(arch)
-        fixed = _task("matmul", M=512, N=512, K=512)
+        target = simt_target(arch)
+        fixed = simt_task("matmul", M=512, N=512, K=512)
         space = generate_space(fixed, target)
         best = space.apply(Candidate.make(SKETCH, BEST))
-        odd = _task("dense_bias_relu", M=100, N=200, K=64)
+        odd = simt_task("dense_bias_relu", M=100, N=200, K=64)
         odd_space = generate_space(odd, target)
         _, sampled = odd_space.sample(random.Random(7), sketch=SKETCH)
         for what, sp, mod in (("fixed", space, best), ("sampled", odd_space, sampled)):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.simt_cases import _numpy, _target, _task
+from support.simt_cases import simt_reference, simt_target, simt_task
 
 SKETCH = "simt_gemm"
 # the classic SGEMM block: 128 x 128 x 8, 8 x 8 thread tiles as two runs of 4 each way
@@ -70,11 +70,11 @@ def test_double_buffer_is_a_decision_with_its_budgets():
     from search_space.cuda.simt_gemm_pipeline import PIPELINE_ATTR, PIPELINE_NAME
 
     assert shared_bytes(128, 128, 8, False, copies=2) == 2 * 8320
-    target = _target("sm_80")
-    made, mod = _schedule(_task("matmul", M=1024, N=1024, K=1024), 3, target)
+    target = simt_target("sm_80")
+    made, mod = _schedule(simt_task("matmul", M=1024, N=1024, K=1024), 3, target)
     assert made["double_buffer"] is True
     assert str(mod["main"].attrs[PIPELINE_ATTR]) == PIPELINE_NAME
-    space = generate_space(_task("matmul", M=512, N=512, K=512), target)
+    space = generate_space(simt_task("matmul", M=512, N=512, K=512), target)
     plain = space.apply(Candidate.make(SKETCH, {**BEST, "double_buffer": False}))
     assert plain["main"].attrs is None or PIPELINE_ATTR not in plain["main"].attrs
     double = space.apply(Candidate.make(SKETCH, {**BEST, "double_buffer": True}))
@@ -132,8 +132,8 @@ def test_emulated_double_buffered_kernel_equals_numpy(cuda_emulator, name, args,
     from search_space.cuda.limits import check_module, kernel_usage
     from search_space.cuda.lowering import lower_for_check
 
-    task = _task(name, **args)
-    target = _target()
+    task = simt_task(name, **args)
+    target = simt_target()
     made, mod = _schedule(task, seed, target)
     assert check_module(mod, target) is None
     src = _source(mod, target)
@@ -145,7 +145,7 @@ def test_emulated_double_buffered_kernel_equals_numpy(cuda_emulator, name, args,
     inputs = {s.name: rng.standard_normal(s.shape).astype("float32") for s in task.inputs}
     (out,) = task.outputs
     got = cuda_emulator.emulate_source(src, dims, inputs, {out.name: (out.shape, out.dtype)})
-    want = _numpy(name, inputs)
+    want = simt_reference(name, inputs)
     assert np.abs(want).max() > 0
     np.testing.assert_allclose(got[out.name], want, rtol=1e-4, atol=1e-4, err_msg=str(made))
 
@@ -155,7 +155,7 @@ COMPILE = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     from autosched.measure.cuda import sass
     from autosched.measure.cuda.compiler import build_cuda, cuda_source
-    from test_simt_gemm import _target, _task
+    from support.simt_cases import simt_target, simt_task
     from test_simt_gemm_double_buffer import BEST, SKETCH, _schedule, loop_barriers
     from search_space import generate_space
     from search_space.candidate import Candidate
@@ -173,18 +173,20 @@ COMPILE = textwrap.dedent("""
     SHARED = r"__shared__ alignas\\(\\d+\\) (\\w+) (\\w+)\\[(\\d+)\\]"
 
     out = []
-    fixed = _task("matmul", M=512, N=512, K=512)
+    fixed = simt_task("matmul", M=512, N=512, K=512)
     for arch in ("sm_80", "sm_90a"):
-        target = _target(arch)
+        target = simt_target(arch)
         space = generate_space(fixed, target)
         for double in (True, False):
             mod = space.apply(Candidate.make(SKETCH, {**BEST, "double_buffer": double}))
             out.append({"what": "fixed", "arch": arch, "double": double,
                         "check": space.check(mod), **build(mod, target)})
-    tasks = [_task("matmul", M=1000, N=1500, K=700), _task("dense_bias_relu", M=100, N=200, K=64),
-             _task("batch_matmul", B=4, M=128, N=256, K=128), _task("matmul", M=96, N=80, K=72)]
+    tasks = [simt_task("matmul", M=1000, N=1500, K=700),
+             simt_task("dense_bias_relu", M=100, N=200, K=64),
+             simt_task("batch_matmul", B=4, M=128, N=256, K=128),
+             simt_task("matmul", M=96, N=80, K=72)]
     for i in range(8):
-        target = _target(("sm_80", "sm_90a")[i % 2])
+        target = simt_target(("sm_80", "sm_90a")[i % 2])
         made, mod = _schedule(tasks[i % len(tasks)], 100 + i, target)
         try:
             row = build(mod, target)

@@ -11,7 +11,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _target(arch: str = "sm_90"):
+def simt_target(arch: str = "sm_90"):
+    """The CUDA target of `arch` with its default limits (no GPU here)."""
     from autosched.target import resolve_target
 
     return resolve_target(json.dumps({"kind": "cuda", "arch": arch}))
@@ -29,7 +30,8 @@ def _dense_bias_relu(M=19, N=40, K=32, dtype="float32"):
     return x, w, b, y
 
 
-def _task(name: str, **args):
+def simt_task(name: str, **args):
+    """The task of `name` (an example's workload, or the small dense + bias + ReLU) at `args`."""
     from autosched.workload import WorkloadDef, load_tasks, make_task
 
     if name == "dense_bias_relu":
@@ -40,7 +42,8 @@ def _task(name: str, **args):
     return next(t for t in load_tasks(str(path), arg_items=items) if t.workload == name)
 
 
-def _numpy(name: str, inputs: dict) -> np.ndarray:
+def simt_reference(name: str, inputs: dict) -> np.ndarray:
+    """numpy's value of the task `name` on `inputs`."""
     if name == "dense_bias_relu":
         return np.maximum(inputs["x"] @ inputs["w"].T + inputs["b"], 0)
     if name == "block_transform":   # T = C X, Y = T C^T: two GEMM kernels in a chain
