@@ -157,3 +157,8 @@ class SimpleGpuSketch(Sketch):
     def apply(self, sch, decide: Decider) -> None:
         inline_spatial(sch, classify(sch).spatial)
         bind_unbound(sch, self.limits, decide)
+
+
+# a function attribute naming the TVM pipeline (`tvm.compile(tir_pipeline=...)`) the CUDA
+# builder compiles its module with (autosched/measure/cuda/compiler.py)
+PIPELINE_ATTR = "autosched.tir_pipeline"

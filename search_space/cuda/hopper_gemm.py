@@ -58,6 +58,8 @@ carries `PIPELINE_ATTR` = "tirx" so the CUDA builder knows (`measure/cuda/compil
 """
 from __future__ import annotations
 
+from .common import PIPELINE_ATTR
+
 from .hopper_gemm_epilogue import PACKED, Epilogue, identity, pair_value, pairs_fit
 from .hopper_gemm_layout import (
     INPUTS,
@@ -87,7 +89,6 @@ from .hopper_gemm_store import (
     staged_at,
 )
 
-PIPELINE_ATTR = "autosched.tir_pipeline"
 PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg: 128 x (40 + 2 x 232) <= 65536
 TMA_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
 MULTICAST = ".multicast::cluster"   # TMA_LOAD's form writing each block of a CTA mask

@@ -21,7 +21,8 @@ A module whose functions carry `PIPELINE_ATTR` = `PIPELINE_NAME` is built with i
 """
 from __future__ import annotations
 
-PIPELINE_ATTR = "autosched.tir_pipeline"   # read by autosched/measure/cuda/compiler.py
+from .common import PIPELINE_ATTR
+
 PIPELINE_NAME = "autosched.simt_double_buffer"
 MARK = "pragma_autosched_double_buffer_write"
 _TVM_ATTR = "double_buffer_write"

@@ -56,7 +56,6 @@ DRIVER, BUILD_HOST = "driver", "build-host placeholder driver"
 BINARY = {NVCC: "fatbin", NVRTC: "cubin"}
 _ARCH = re.compile(r"^sm_(\d+)([af]?)$")
 _CALLBACK = "tvm_callback_cuda_compile"
-_PIPELINE_ATTR = "autosched.tir_pipeline"   # search_space.cuda.hopper_gemm.PIPELINE_ATTR
 _TOOLKIT_REMEDY = ("install the CUDA toolkit (nvcc on PATH, or the cuda-bindings package "
                    "for NVRTC), then rerun")
 
@@ -295,9 +294,11 @@ def _pipeline_of(mod) -> dict:
     `search_space/cuda/hopper_gemm.py`); the default pipeline otherwise."""
     import tvm
 
+    from search_space.cuda.common import PIPELINE_ATTR
+
     funcs = mod.functions.values() if isinstance(mod, tvm.IRModule) else [mod]
-    asked = {str(f.attrs[_PIPELINE_ATTR]) for f in funcs
-             if f.attrs is not None and _PIPELINE_ATTR in f.attrs}
+    asked = {str(f.attrs[PIPELINE_ATTR]) for f in funcs
+             if f.attrs is not None and PIPELINE_ATTR in f.attrs}
     return {"tir_pipeline": asked.pop()} if len(asked) == 1 else {}
 
 
