@@ -9,8 +9,9 @@ serve the backend and the runtime's kernel users alike.
 Dynamo captures the model, AOTAutograd makes its aten graphs (forward and backward for
 training, so gradients run through the backward operators' kernels: the weight- and
 input-gradient matmuls, convolution, GELU and softmax backward), and each operator call
-that a workload computes (`aten_match.py`) is replaced by `torch.ops.autosched.<workload>`
-where
+that a workload computes (`aten_match.py`) is replaced by
+`torch.ops.autosched.<workload>.graph` (the op without its autograd layer: the graphs are
+already differentiated) where
 
 * the library has the kernel for exactly this workload and these shapes, and
 * `model_ops.json` chose it: export-model's decision (`autosched.model.choice.OpChoice`),
@@ -82,7 +83,7 @@ class AutoschedBackend:
             for entry in library.manifest.kernels:
                 key = (entry.workload, tuple(sorted(entry.args.items())))
                 self.kernels[key] = entry
-                self.ops[entry.workload] = library[entry.workload]
+                self.ops[entry.workload] = library.graph_op(entry.workload)
         self.decisions: list[Decision] = []
         self.compile_graph = graph_compiler(compiler)
 
@@ -135,7 +136,7 @@ class AutoschedBackend:
                  f"{d.workload}({d.shape})" if d.workload else "", d.chosen, d.reason)
 
     def _replace(self, graph, m: OpMatch, entry) -> None:
-        op = self.ops[entry.workload].default
+        op = self.ops[entry.workload]
         perms = m.input_perms or (None,) * len(m.inputs)
         with graph.inserting_before(m.output):
             args = []

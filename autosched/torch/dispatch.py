@@ -129,12 +129,15 @@ class OpKernels:
 
     def run(self, tensors) -> tuple[torch.Tensor, ...]:
         """Run the matching kernel (or the reference) and return the outputs."""
-        self._check_devices(tensors, (self.device_type,))
-        key = self.match(tensors)
-        if key is None:
-            return self._run_reference(tensors, fake=False)
-        variant = self.variants[key]
+        # the common call first, with no more Python than it needs: every microsecond
+        # here is paid on each call of the kernel inside a model
         device = tensors[0].device
+        variant = self.variants.get(tuple([(t.shape, t.dtype) for t in tensors]))
+        if variant is None or device.type != self.device_type or \
+                any(t.device != device for t in tensors):
+            variant = self._checked_variant(tensors)
+            if variant is None:
+                return self._run_reference(tensors, fake=False)
         inputs = [self._prepare(t) for t in tensors]
         outputs = [torch.empty(shape, dtype=dtype, device=device)
                    for shape, dtype in variant.outputs]
@@ -144,6 +147,13 @@ class OpKernels:
         else:
             variant.function(*inputs, *outputs)
         return tuple(outputs)
+
+    def _checked_variant(self, tensors) -> Variant | None:
+        """The kernel for tensors the common call did not take, with every check and
+        its error; None where the reference runs."""
+        self._check_devices(tensors, (self.device_type,))
+        key = self.match(tensors)
+        return None if key is None else self.variants[key]
 
     def fake(self, tensors) -> tuple[torch.Tensor, ...]:
         """Outputs with the right shapes and dtypes and no data (FakeTensor / meta)."""

@@ -17,7 +17,7 @@ from .dispatch import OpKernels, Variant, torch_dtype
 from .errors import LibraryError
 from .loader import load_kernels
 from .manifest import GRAD_PREFIX, KernelEntry, Manifest, read_manifest
-from .ops import backward_plan, bind, check_bindable
+from .ops import backward_plan, bind, check_bindable, graph_op
 from .reference import resolve_reference
 
 log = logging.getLogger("autosched.torch")
@@ -37,6 +37,13 @@ class KernelLibrary:
 
     def __contains__(self, workload: str) -> bool:
         return workload in self.ops
+
+    def graph_op(self, workload: str):
+        """The op's overload for graphs AOTAutograd has differentiated: the same kernels
+        without an autograd layer, cheaper to call (`ops.graph_op`)."""
+        if workload not in self.ops:
+            raise KeyError(workload)
+        return graph_op(workload)
 
     def entries(self, workload: str) -> list[KernelEntry]:
         """The manifest's kernels (shape variants) of one workload, in manifest order."""

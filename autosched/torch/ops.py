@@ -8,6 +8,13 @@ kernels. Loading a workload whose tensors differ from the op's schema is refused
 Autograd: the gradient of each forward input is computed by the backward workload that
 the op file names in `backward=` metadata, itself an autosched op, so gradients flow
 through tuned kernels and torch.compile traces them like any other op.
+
+Each op also has the overload `torch.ops.autosched.<workload>.graph`: the same kernels
+with no autograd layer of its own, for the forward and backward graphs that AOTAutograd
+has already differentiated (the `torch.compile` backend puts it there). A custom op's
+Python autograd layer runs on every call, gradients wanted or not, and inside a model,
+right after torch's operators have pushed it out of the caches, it costs tens of
+microseconds a call: more than some kernels take.
 """
 from __future__ import annotations
 
@@ -21,6 +28,8 @@ from .errors import LibraryError, MissingBackwardError
 from .manifest import GRAD_PREFIX, GradSpec
 
 NAMESPACE = "autosched"
+GRAPH_OVERLOAD = "graph"
+_GRAPH_LIBRARY: list = []  # the torch.library.Library of the graph overloads, made once
 
 
 @dataclass(frozen=True)
@@ -133,7 +142,21 @@ def _define(workload: str, schema: str) -> _Slot:
         raise LibraryError(f"cannot define torch.ops.{NAMESPACE}.{workload}: {e}") from None
     op.register_fake(slot.fake)
     op.register_autograd(slot.backward, setup_context=slot.setup_context)
+    _define_graph_overload(slot)
     return slot
+
+
+def _define_graph_overload(slot: _Slot) -> None:
+    """`<workload>.graph`: the slot's kernels on every device, its fake implementation,
+    and no autograd kernel (see the module doc)."""
+    if not _GRAPH_LIBRARY:
+        _GRAPH_LIBRARY.append(torch.library.Library(NAMESPACE, "FRAGMENT"))
+    library = _GRAPH_LIBRARY[0]
+    name = f"{slot.workload}.{GRAPH_OVERLOAD}"
+    library.define(name + slot.schema)
+    for key in ("CPU", "CUDA"):
+        library.impl(name, slot.impl, key)
+    torch.library.register_fake(f"{NAMESPACE}::{name}", slot.fake, lib=library)
 
 
 def check_bindable(kernels: OpKernels) -> None:
@@ -155,6 +178,11 @@ def bind(kernels: OpKernels, plan: BackwardPlan):
         slot = _SLOTS[kernels.workload] = _define(kernels.workload, schema)
     slot.kernels, slot.plan = kernels, plan
     return getattr(getattr(torch.ops, NAMESPACE), kernels.workload)
+
+
+def graph_op(workload: str):
+    """The `.graph` overload of `torch.ops.autosched.<workload>` (see the module doc)."""
+    return getattr(getattr(torch.ops, NAMESPACE), workload).graph  # GRAPH_OVERLOAD
 
 
 def bound_kernels(workload: str) -> OpKernels | None:

@@ -96,6 +96,29 @@ def test_opcheck_passes_for_every_registered_op(nn_ops):
     assert {w for w, _ in checked} == set(nn_ops.ops)
 
 
+def test_the_graph_overload_runs_the_same_kernels_without_an_autograd_layer(nn_ops):
+    for entry in nn_ops.manifest.kernels:
+        inputs = _inputs(entry)
+        graph = nn_ops.graph_op(entry.workload)
+        assert graph is getattr(torch.ops.autosched, entry.workload).graph
+        assert torch.equal(graph(*inputs), nn_ops[entry.workload](*inputs)), entry.symbol
+        # torch's checks of an op (schema, fake tensors, dispatch), no autograd's
+        result = torch.library.opcheck(graph, tuple(inputs),
+                                       test_utils=("test_schema", "test_faketensor"))
+        assert set(result.values()) == {"SUCCESS"}, (entry.workload, result)
+    # the eager op keeps its autograd; the overload's caller (a differentiated graph)
+    # needs none: its Python autograd layer is not on the call
+    entry = _entries(nn_ops, "linear", "float32")[0]
+    x = _inputs(entry, requires_grad=True)
+    assert nn_ops["linear"](*x).grad_fn is not None
+    plain = _inputs(entry)
+    with Recorder() as seen, torch.no_grad():
+        nn_ops.graph_op("linear")(*plain)
+    assert seen.names == ["autosched.linear"]
+    with pytest.raises(KeyError):
+        nn_ops.graph_op("no_such_workload")
+
+
 @pytest.mark.parametrize("workload", FORWARD)
 def test_gradcheck_float64(nn_ops, workload):
     (entry,) = _entries(nn_ops, workload, "float64")
