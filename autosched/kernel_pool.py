@@ -20,14 +20,14 @@ than alone. `AUTOSCHED_KERNEL_POOL` chooses what serves the loops:
                build, slower per loop.
     tvm        TVM's pool as TVM sets it up.
 
-The choice is made per loaded library (`route_parallel_loops`) by the door that loads
+The choice is made per loaded library (`route_parallel_loops`) by the doors that load
 one into a torch process: `autosched.torch.load_library` (so the backend and the
-training runtime). The measuring workers of a tuning run keep TVM's own pool: they run
-nothing but the candidate, and OpenMP's idle threads, which sleep after a short spin,
-woke so late on a loaded machine that a timed repeat could overrun its limit, a
-`run_timeout` recorded against a good candidate. Where the launcher cannot be built (no
-C compiler, no OpenMP runtime) openmp falls back to tvm-yield and says why once.
-torch's own settings are never changed.
+training runtime), and the run worker that times a model's candidates as the model
+calls them (`measure/beside_torch.py`, what `tune-model` asks for), so a model's records
+are made on the pool its kernels run on. A kernel timed alone (`autosched tune`) keeps
+TVM's own pool: its worker runs nothing but the candidate. Where the launcher cannot be
+built (no C compiler, no OpenMP runtime) openmp falls back to tvm-yield and says why
+once. torch's own settings are never changed.
 """
 from __future__ import annotations
 

@@ -5,7 +5,9 @@ reference inputs (outputs prefilled with NaN / the integer maximum so unwritten
 elements show), compares every output with the reference (`check.compare`), checks
 that no input was overwritten, and only then times the kernel with TVM's
 `time_evaluator` (on CUDA: events on the worker's own stream, L2 flushed; see
-`cuda.timing`). Candidates run strictly one after another: timing wants a quiet
+`cuda.timing`); with `settings.beside` (a model's tasks, `tune-model`) a CPU candidate is
+timed as the model calls it instead, alternating with torch's operator in a worker that
+imports torch (`beside_torch.py`). Candidates run strictly one after another: timing wants a quiet
 machine. A candidate past `settings.run_timeout` has its worker killed (`run_timeout`);
 a worker that dies (a wild store, SIGSEGV) gives `run_error` with the signal; a CUDA
 error (an illegal address, a launch failure) leaves the worker's CUDA context unusable,
@@ -23,6 +25,7 @@ import time
 from ..errors import InfrastructureError
 from ..results import MeasureResult
 from ..target import TargetSpec
+from ..threads import machine_cores
 from .base import BuildArtifact
 from .reference.data import Reference
 from .reference.store import ensure_reference
@@ -88,11 +91,24 @@ class LocalRunner:
 
     def _request(self, ref: Reference, inp: MeasureInput, art: BuildArtifact) -> dict:
         request = run_request(self.settings, art.path, ref.directory,
-                              DEVICES[inp.target.kind])
+                              DEVICES[inp.target.kind], self._beside(inp))
         attrs = inp.mod.attrs if inp.mod is not None else None
         if attrs is not None and TEST_RUN_FAULT_ATTR in attrs:
             request[TEST_FAULT_KEY] = str(attrs[TEST_RUN_FAULT_ATTR])
         return request
+
+    def _beside(self, inp: MeasureInput) -> dict | None:
+        """What a CPU candidate is timed beside, when the settings ask (see
+        `MeasureSettings.beside`): torch's operator, on as many threads as the kernel."""
+        if not self.settings.beside or DEVICES[inp.target.kind] != "cpu":
+            return None
+        threads = int(inp.target.config.get("num-cores") or machine_cores())
+        return {"peer": self.settings.beside, "workload": inp.task.workload,
+                "args": dict(inp.task.args), "threads": threads}
+
+    @property
+    def _role(self) -> str:
+        return "run_torch" if self.settings.beside else "run"
 
     def _run_one(self, ref: Reference, inp: MeasureInput, art: BuildArtifact) -> MeasureResult:
         request = self._request(ref, inp, art)
@@ -139,7 +155,7 @@ class LocalRunner:
         """Kill the current worker and start the next one now: it imports TVM while
         the caller records this result (nothing is being timed meanwhile)."""
         self._drop_worker()
-        self._worker = WorkerProcess("run", self.log_dir)
+        self._worker = WorkerProcess(self._role, self.log_dir)
         self._runs = 0
 
     def _drop_worker(self) -> None:

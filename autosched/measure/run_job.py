@@ -63,17 +63,25 @@ STICKY_NOTE = ("a CUDA error leaves the process's CUDA context unusable, so the 
                "is replaced")
 
 
-def run_request(settings, lib: str, reference_dir: str, device: str) -> dict:
+def run_request(settings, lib: str, reference_dir: str, device: str,
+                beside: dict | None = None) -> dict:
     """The request `run_job` takes for the library `lib` on its task's reference in
     `reference_dir`, on `device` ("cpu" / "cuda"), timed as `settings` say (a
     MeasureSettings or its JSON, as a bundle's manifest holds it). Every runner makes
-    its requests here, so what is run and how it is timed never differ between them."""
+    its requests here, so what is run and how it is timed never differ between them.
+    `beside` (CPU only): time the kernel as a torch model calls it, alternating with
+    torch's operator (`beside_torch.py`; a worker of role ``run_torch`` serves it)."""
     from .settings import MeasureSettings
 
     s = settings if isinstance(settings, MeasureSettings) else MeasureSettings(**settings)
-    return {"lib": lib, "reference": reference_dir, "device": device, "warmup": s.warmup,
-            "number": s.number, "repeat": s.repeat, "min_repeat_ms": s.min_repeat_ms,
-            "check": s.check_correctness, "flush_l2": s.flush_l2, "stream": s.stream}
+    request = {"lib": lib, "reference": reference_dir, "device": device, "warmup": s.warmup,
+               "number": s.number, "repeat": s.repeat, "min_repeat_ms": s.min_repeat_ms,
+               "check": s.check_correctness, "flush_l2": s.flush_l2, "stream": s.stream}
+    if beside is not None:
+        if device != "cpu":
+            raise ValueError("a kernel is timed beside torch on the CPU only")
+        request["beside"] = beside
+    return request
 
 
 def load_reference_arrays(directory: str) -> tuple:
@@ -230,6 +238,10 @@ def run_job(request: dict) -> dict:
 
         return failure_reply("run_error", f"reference data: {error_text(e)}")
     try:
+        if request.get("beside"):
+            from .beside_torch import measure_beside
+
+            return measure_beside(request, (specs, inputs, expected, tols), check_outputs)
         return _measure(request, dev, timer, (specs, inputs, expected, tols))
     except Exception as e:
         return _run_failure(kind, e)

@@ -46,6 +46,11 @@ class MeasureSettings:
     # run on ("runner": the run worker's own non-blocking stream; "default": stream 0)
     flush_l2: bool = True
     stream: str = "runner"
+    # CPU, local runner: time each candidate as a torch model calls it, alternating with
+    # torch's operator for the same computation (beside_torch.py). "module:function" of
+    # the factory that, given (workload, args), returns torch's callable; "" times the
+    # kernel alone. `tune-model` sets it, so a model's records hold as called.
+    beside: str = ""
 
     def __post_init__(self):
         from .cuda.timing import STREAMS

@@ -37,6 +37,9 @@ from ..threads import kernel_thread_env
 HANDLERS = {
     "build": "autosched.measure.builder:build_job",
     "run": "autosched.measure.run_job:run_job",
+    # the same handler in a process that imports torch first, for kernels timed as a
+    # torch model calls them (`beside_torch.py`)
+    "run_torch": "autosched.measure.run_job:run_job",
     "rpc": "autosched.measure.rpc.session:run_job",
     "reference": "autosched.measure.reference.job:reference_job",
     "bundle_reference": "autosched.measure.bundle.target_reference:reference_kernel_job",
@@ -45,7 +48,8 @@ HANDLERS = {
 # roles that only run kernels need TVM's runtime, not its compiler (which is absent on a
 # bundle's measuring machine, and slow to import): they load the runtime themselves.
 PRELOAD = {"build": ("tvm",), "rpc": ("tvm",), "reference": ("tvm",),
-           "run": ("tvm_ffi", "numpy"), "bundle_reference": ("tvm_ffi", "numpy")}
+           "run": ("tvm_ffi", "numpy"), "run_torch": ("torch", "tvm_ffi", "numpy"),
+           "bundle_reference": ("tvm_ffi", "numpy")}
 STARTUP_TIMEOUT = 180.0  # importing TVM on a loaded machine can be slow
 _LOG_TAIL = 1500
 

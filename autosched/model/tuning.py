@@ -116,10 +116,25 @@ def tune_model(path: str, config, train: bool = False, callbacks=()) -> ModelTun
         return _tune_with_bundle(model_ops, tasks, target, versions, config, callbacks)
     with open_database(config.database_url) as db:
         measured = measure_baselines(model_ops, tasks, db, target, versions, config.measure)
-    result = tune_tasks(tasks, config, callbacks, weights=[op.count for op in model_ops.ops])
+    result = tune_tasks(tasks, as_called(config, target), callbacks,
+                        weights=[op.count for op in model_ops.ops])
     with open_database(config.database_url) as db:
         choices = recorded_choices(model_ops, tasks, db, target, versions)
     return ModelTuneResult(model_ops, result, choices, measured)
+
+
+TWIN_FACTORY = "autosched.model.baseline:twin_call"
+
+
+def as_called(config, target):
+    """`config` with its CPU candidates timed as the model calls them: in a torch
+    process, on its kernel pool, each call after torch's own operator for the task
+    (`MeasureSettings.beside`), so a model's records hold inside the model. The local
+    runner does it on the CPU; a GPU kernel (no thread pool to share) and a remote
+    machine (no torch there) are timed alone."""
+    if target.kind != "llvm" or config.runner != "local":
+        return config
+    return replace(config, measure=replace(config.measure, beside=TWIN_FACTORY))
 
 
 def _tune_with_bundle(model_ops, tasks, target, versions, config, callbacks):
@@ -171,9 +186,9 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     """Build the library of the kernels that beat torch into `out_dir` and write the
     decision for every task beside it; returns (the choices file, the choices).
 
-    A kernel whose record beats torch's is built, then timed as the model will call it
-    (through `torch.ops.autosched`, whose Python call costs microseconds that the
-    kernel's record does not hold) beside torch's own operator, their repeats
+    A kernel whose record beats torch's is built, then timed as the compiled model will
+    call it (through `torch.ops.autosched.<workload>.graph`, whose Python call costs
+    microseconds that the kernel's record does not hold) beside torch's own operator, their repeats
     alternating on the same inputs; it stays in the library only if it beats torch
     there too. (Torch's baseline and the kernel's record were timed at different
     moments; on a machine whose speed drifts only the side-by-side pair is fair.)
@@ -364,7 +379,7 @@ def _build_and_time(model_ops, tasks, choices, records, target, out_dir,
     for op, t in zip(model_ops.ops, tasks):
         if t.key in built and t.key not in out:
             twin = partial(_call_twin, WORKLOADS[op.workload], dict(op.params))
-            funcs = [library[t.workload]] + ([twin] if side_by_side else [])
+            funcs = [library.graph_op(t.workload)] + ([twin] if side_by_side else [])
             inputs = _random_inputs(t, "cuda" if gpu else "cpu")
             times = (time_torch_cuda(funcs, inputs, MeasureSettings()) if gpu else
                      time_side_by_side(funcs, inputs, MeasureSettings(), threads))

@@ -23,6 +23,10 @@ ALLOWED_DUCK_TYPING = {
     "autosched/measure/reference/data.py": {"ml_dtypes": "the dtype module of a third party"},
     "autosched/measure/worker.py": {"importlib.import_module(module_name)":
                                     "the worker protocol names its handler as module:function"},
+    "autosched/measure/beside_torch.py": {
+        "torch": "torch's dtypes, named as TVM names them",
+        "importlib.import_module(module_name)":
+            "a timing request names the torch peer as module:function"},
     "autosched/lazy.py": {"importlib.import_module(module, package)":
                           "a package's public names resolved on first use"},
     "autosched/cli/progress.py": {"self.stream": "any text stream the caller passes"},
