@@ -32,6 +32,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "torch's operator timed now, calls alternating (fair on a machine "
                         "whose speed drifts); records: the call against torch's baseline "
                         "record (when this machine is too busy to time now)")
+    p.add_argument("--time-all", action="store_true",
+                   help="time every task's kernel as called beside torch, not only those "
+                        "whose record beats torch's baseline; the call decides for each")
     p.add_argument("--step-check", choices=("on", "off"), default="on",
                    help="on: time the whole compiled step with the chosen kernels against "
                         "inductor alone (repeats alternating) and give back to torch, one "
@@ -47,12 +50,12 @@ def run(args: argparse.Namespace) -> int:
     """Build the library, print the per-operator decisions and where they went."""
     from ..model.choice import choices_table, read_step_check
     from ..model.step_check import report_lines
-    from ..model.tuning import export_model
+    from ..model.export import export_model
 
     path, choices = export_model(args.model_file, args.target, args.output, args.db,
                                  args.train, side_by_side=args.decide_on == "side-by-side",
                                  step_check=args.step_check == "on",
-                                 step_rounds=args.step_rounds)
+                                 step_rounds=args.step_rounds, time_all=args.time_all)
     check = read_step_check(args.output)
     if check is not None:
         print("\n".join(report_lines(check)))

@@ -23,7 +23,7 @@ Where things are:
     dtypes.py          the dtypes generated (float32, float16, bfloat16) and how each computes
     baseline.py        torch's latency per task as a versioned database record
     choice.py          per task: torch ms, kernel ms, which one runs (model_ops.json)
-    tuning.py          tune_model / export_model, what the CLI commands call
+    tuning.py          tune_model; export.py: export_model (what the CLI commands call)
     step_check.py      export's check of the whole compiled step against inductor alone
     compile_backend.py backend(): the torch.compile backend over an exported library
     named_backend.py   the same under the name "autosched" (the entry point torch finds)
@@ -45,6 +45,6 @@ __getattr__ = lazy_names(__name__, {
     "ModelSpec": ".modelfile", "load_model_file": ".modelfile",
     "compute_loss": ".training_step", "parameter_grads": ".training_step",
     "zero_grads": ".training_step",
-    "tune_model": ".tuning", "export_model": ".tuning", "read_choices": ".choice",
+    "tune_model": ".tuning", "export_model": ".export", "read_choices": ".choice",
     "bucketed": ".buckets", "Bucketed": ".buckets", "BucketError": ".buckets",
     "CudaGraphCapture": ".buckets"})

@@ -47,6 +47,13 @@ class Baseline:
     record_id: int | None
 
 
+def baseline_threads(target) -> int:
+    """The threads torch gets when timed: as many as the kernels' thread pool."""
+    import torch
+
+    return int(target.config.get("num-cores") or torch.get_num_threads())
+
+
 def baseline_key(task) -> str:
     return PREFIX + task.key
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 CHOICES_NAME = "model_ops.json"
 CHOICES_FORMAT = 1
@@ -184,3 +184,49 @@ def read_step_check(out_dir) -> dict | None:
     `step_check` entry of model_ops.json); None where no check ran."""
     doc = _read(out_dir)
     return None if doc is None else doc.get("step_check")
+
+
+def recorded_choices(model_ops, tasks, db, target, versions) -> list:
+    """The decision for every task from the database's records (before export times the
+    calls), with the tasks the backend could not run on a kernel left to torch."""
+    from .baseline import baseline_threads
+
+    return exclude_split_calls(model_ops, exclude_ambiguous(tasks, op_choices(
+        model_ops, tasks, db, target, versions, baseline_threads(target))))
+
+
+def exclude_ambiguous(tasks, choices) -> list:
+    """Of the chosen tasks of one workload that take the same input shapes (they differ
+    in another parameter, such as a layer norm's eps), keep the one that saves the most
+    time per step: `torch.ops.autosched.<workload>` dispatches on shapes alone."""
+    best: dict[tuple, int] = {}
+    for i, (t, c) in enumerate(zip(tasks, choices)):
+        if c.chosen != "autosched":
+            continue
+        key = (t.workload, tuple((s.shape, s.dtype) for s in t.inputs))
+
+        def saving(j):
+            return choices[j].count * (choices[j].torch_s - choices[j].kernel_cost_s)
+
+        if key not in best or saving(i) > saving(best[key]):
+            best[key] = i
+    kept = set(best.values())
+    return [c if c.chosen != "autosched" or i in kept else
+            replace(c, excluded="another task of the workload takes the same shapes")
+            for i, c in enumerate(choices)]
+
+
+def exclude_split_calls(model_ops, choices) -> list:
+    """A task chosen for a kernel stays torch's where its aten call has another output
+    that torch computes (the backend replaces a call's outputs together or not at all):
+    so the library and model_ops.json hold what the backend will run. `choices` follow
+    `model_ops.ops`."""
+    chosen = {op.key: c.chosen == "autosched" for op, c in zip(model_ops.ops, choices)}
+    while True:
+        split = {op.key for op in model_ops.ops if chosen[op.key]
+                 and not all(chosen.get(k, False) for k in op.siblings)}
+        if not split:
+            break
+        chosen.update(dict.fromkeys(split, False))
+    return [replace(c, excluded=SPLIT_CALL) if c.chosen == "autosched" and not chosen[op.key]
+            else c for op, c in zip(model_ops.ops, choices)]

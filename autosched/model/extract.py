@@ -113,3 +113,12 @@ def extract(spec, train: bool = False) -> ModelOps:
                         f"conv2d, softmax, layer norm, GELU and their gradients) in the "
                         f"model; torch runs: {left}")
     return ModelOps(spec.path, train, ops, uncovered, graphs)
+
+
+def model_tasks(model_ops):
+    """The autosched Task of every operator extraction found, in the same order."""
+    from ..workload import make_task
+    from .workloads import WORKLOADS
+
+    return [make_task(WORKLOADS[op.workload].definition(), dict(op.params))
+            for op in model_ops.ops]

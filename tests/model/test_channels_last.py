@@ -200,7 +200,7 @@ def _library(directory, dtype: str):
     from support.torch_library import compile_kernels, kernel_entry, write_manifest
 
     from autosched.model.choice import OpChoice, write_choices
-    from autosched.model.tuning import model_tasks
+    from autosched.model.extract import model_tasks
 
     found = _extract(dtype)
     tasks = model_tasks(found)

@@ -33,7 +33,7 @@ def test_kernel_only_where_it_beats_torch(torch_s, kernel_s, call_s, torch_call_
 
 
 def test_same_shapes_of_one_workload_keep_the_larger_saving():
-    from autosched.model.tuning import exclude_ambiguous
+    from autosched.model.choice import exclude_ambiguous
     from autosched.model.workloads import WORKLOADS
     from autosched.workload import make_task
 
@@ -55,7 +55,7 @@ def test_a_kernel_whose_call_has_an_output_left_to_torch_stays_torch():
     siblings on torch (and the exclusion spreads through a chain of siblings)."""
     from autosched.model.choice import SPLIT_CALL
     from autosched.model.extract import ModelOp, ModelOps
-    from autosched.model.tuning import exclude_split_calls
+    from autosched.model.choice import exclude_split_calls
 
     parts = ("input", "gamma", "beta")
     ops = [ModelOp(f"aten_layer_norm_grad_{p}", {"M": 4, "N": 8}, 1) for p in parts]

@@ -76,7 +76,7 @@ def test_resnet_convolutions_fuse_bias_and_relu_only_without_batch_norm(model_fi
 
 def test_tasks_of_the_model_are_the_workloads_at_those_shapes(model_file):
     from autosched.model.extract import extract
-    from autosched.model.tuning import model_tasks
+    from autosched.model.extract import model_tasks
     from autosched.model.modelfile import load_model_file
 
     found = extract(load_model_file(str(model_file("gpt"))), False)

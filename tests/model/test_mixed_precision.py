@@ -175,7 +175,8 @@ def _force_kernels(db_url, path):
     is checked here is what the kernels compute)."""
     from autosched.db import open_database
     from autosched.model.baseline import record_baseline
-    from autosched.model.tuning import baseline_threads, model_tasks
+    from autosched.model.baseline import baseline_threads
+    from autosched.model.extract import model_tasks
     from autosched.target import resolve_target
     from autosched.versions import current_versions
     from search_space import SPACE_VERSION

@@ -28,7 +28,8 @@ def _force(db_url, path, train, keep_torch_for: str):
     from autosched.db import open_database
     from autosched.model.baseline import record_baseline
     from autosched.model.extract import extract
-    from autosched.model.tuning import baseline_threads, model_tasks
+    from autosched.model.baseline import baseline_threads
+    from autosched.model.extract import model_tasks
     from autosched.model.modelfile import load_model_file
     from autosched.target import resolve_target
     from autosched.versions import current_versions
@@ -204,6 +205,40 @@ def test_the_backend_obeys_the_exported_decisions(exported, tmp_path):
         compiled(*spec.inputs)
     matched = [d for d in bare.decisions if d.workload]
     assert matched and not _chosen(bare, "autosched")
+
+
+def test_time_all_times_every_kernel_beside_torch_and_the_call_decides(exported, tmp_path):
+    """`export-model --time-all`: the kernel of every task with a baseline is called
+    beside torch's operator (also the one whose torch baseline says torch is faster),
+    but a second task of a workload whose input shapes a timed task already takes."""
+    from conftest import run_cli
+
+    from autosched.model.choice import read_choices
+    from autosched.model.extract import extract, model_tasks
+
+    _, path, libs = exported
+    out = tmp_path / "all"
+    done = run_cli("export-model", str(path), "--train", "--db", libs["db"], "-o", str(out),
+                   "--time-all", "--step-check", "off")
+    assert done.returncode == 0, done.stderr
+    tasks = model_tasks(extract(_load(path), True))
+    choices = read_choices(out)
+    assert [c.task_key for c in choices] == [t.key for t in tasks]
+    both = [(t, c) for t, c in zip(tasks, choices)
+            if c.kernel_s is not None and c.torch_s is not None]
+    distinct = {(t.workload, tuple((s.shape, s.dtype) for s in t.inputs)) for t, _ in both}
+    timed = [c for _, c in both if c.call_s is not None]
+    assert len(timed) == len(distinct) > 0
+    assert all(c.torch_call_s is not None and c.decided_by == "side by side" for c in timed)
+    kept = next(c for c in choices if c.workload == KEEP[_name(path), True])
+    assert kept.call_s is not None  # its record lost to torch's baseline: timed all the same
+    for c in timed:
+        assert c.chosen == ("autosched" if c.call_s < c.torch_call_s and not c.excluded
+                            else "torch")
+
+
+def _name(path) -> str:
+    return path.stem.removeprefix("small_")
 
 
 def test_choices_file_report_and_explain_name_every_task(exported, capsys):

@@ -162,7 +162,8 @@ def _record_untuned(path, db_url):
     from autosched.model.baseline import record_baseline
     from autosched.model.extract import extract
     from autosched.model.modelfile import load_model_file
-    from autosched.model.tuning import baseline_threads, model_tasks
+    from autosched.model.baseline import baseline_threads
+    from autosched.model.extract import model_tasks
     from autosched.results import MeasureResult
     from autosched.target import resolve_target
     from autosched.versions import current_versions

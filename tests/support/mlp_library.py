@@ -43,7 +43,7 @@ def chosen_mlp_library(directory: Path) -> Path:
     from autosched.model.choice import OpChoice, write_choices
     from autosched.model.extract import extract
     from autosched.model.modelfile import ModelSpec
-    from autosched.model.tuning import model_tasks
+    from autosched.model.extract import model_tasks
 
     model, x = mlp_and_input()
     found = extract(ModelSpec("mlp.py", model, (x,), mlp_loss), train=True)

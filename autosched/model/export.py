@@ -1,0 +1,219 @@
+"""`export-model`: the kernels of a tuned model that beat torch, as a library, and the
+decision for every task (model_ops.json); groups of them that slow the whole compiled
+step are undone (step_check.py).
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import replace
+
+from search_space import SPACE_VERSION
+
+from ..errors import UserError
+from ..versions import current_versions
+from .step_check import ROUNDS, min_rounds
+
+
+def export_model(path: str, target_text: str, out_dir: str, db_url: str | None = None,
+                 train: bool = False, side_by_side: bool = True, step_check: bool = True,
+                 step_rounds: int = ROUNDS, time_all: bool = False) -> tuple[str, list]:
+    """Build the library of the kernels that beat torch into `out_dir` and write the
+    decision for every task beside it; returns (the choices file, the choices).
+
+    A kernel whose record beats torch's is built, then timed as the compiled model will
+    call it (through `torch.ops.autosched.<workload>.graph`, whose Python call costs
+    microseconds that the kernel's record does not hold) beside torch's own operator, their repeats
+    alternating on the same inputs; it stays in the library only if it beats torch
+    there too. (Torch's baseline and the kernel's record were timed at different
+    moments; on a machine whose speed drifts only the side-by-side pair is fair.)
+    `side_by_side=False` compares the call with torch's baseline record instead.
+    `time_all` times every task's kernel so, not only those whose record beats torch's,
+    and the call decides for each (a kernel whose record lost can win as called); a
+    kernel is left untimed only where another timed task of its workload takes the same
+    input shapes (one op dispatches on shapes alone).
+
+    With `step_check`, the whole step (training step with `train`, else inference)
+    compiled with the chosen kernels is then timed against inductor alone, in
+    `step_rounds` alternating rounds, and groups of kernels that keep it from being
+    faster beyond noise are left to torch (step_check.py); model_ops.json records those
+    measurements under `step_check`.
+
+    On a CUDA target the kernels and torch are timed on the GPU (`time_torch_cuda`);
+    on a host where torch sees no GPU (a build host exporting a bundle's results) each
+    choice is made from the records, kernel record against baseline record, and the
+    step check is skipped: model_ops.json says both (`decided_on`, each op's
+    `decided_by`, `step_check_skipped`)."""
+    from ..db import DEFAULT_DB_URL, open_database
+    from .modelfile import load_model_file
+    from ..target import resolve_target
+    from .choice import recorded_choices, write_choices
+    from .extract import extract, model_tasks
+
+    if step_check and step_rounds < min_rounds():
+        raise UserError(f"--step-rounds {step_rounds}: the step check needs at least "
+                        f"{min_rounds()} rounds")
+    spec = load_model_file(path)
+    model_ops = extract(spec, train)
+    tasks = model_tasks(model_ops)
+    target = resolve_target(target_text)
+    versions = current_versions(SPACE_VERSION)
+    notes, no_gpu = _cuda_notes(target)
+    with open_database(db_url or DEFAULT_DB_URL) as db:
+        target = _measuring_target(db, tasks, target)
+        choices = recorded_choices(model_ops, tasks, db, target, versions)
+        if all(c.kernel_s is None for c in choices):
+            raise UserError(f"no kernel of {path} is recorded in {db.url} for this target "
+                            "and machine; run `autosched tune-model` first")
+        timed = {c.task_key for c in choices if c.chosen == "autosched"}
+        if time_all and not no_gpu:
+            timed |= _also_timed(tasks, choices, timed)
+        records = {c.task_key: db.best(t.key, target.key, target.hardware_key, versions)
+                   for t, c in zip(tasks, choices) if c.task_key in timed}
+    if records and no_gpu:  # nothing can be called here: the records decide
+        _write(tasks, choices, records, target, out_dir)
+    elif records:
+        from .choice import exclude_split_calls
+
+        timed = _build_and_time(model_ops, tasks, choices, records, target, out_dir,
+                                side_by_side)
+        choices = exclude_split_calls(model_ops, [
+            replace(c, call_s=timed[c.task_key][0], torch_call_s=timed[c.task_key][1])
+            if c.task_key in timed else c for c in choices])
+        winners = {c.task_key for c in choices if c.chosen == "autosched"}
+        records = {k: r for k, r in records.items() if k in winners}
+        if records:        # again: the library's metadata carries the times of the calls
+            _write(tasks, choices, records, target, out_dir)
+    check = None
+    if records and step_check and "step_check_skipped" not in notes:
+        choices, records, check = _check_step(spec, model_ops, tasks, choices, records,
+                                              target, out_dir, step_rounds)
+    if not records:  # torch wins everywhere: no library, only the decisions
+        _clear_library(out_dir)
+    return write_choices(out_dir, path, train, choices,
+                         check.to_json() if check else None, notes), choices
+
+
+def _also_timed(tasks, choices, timed: set) -> set:
+    """The tasks `time_all` adds to the `timed` ones: every other task with a kernel and
+    a baseline, but where a timed task of the same workload takes the same input shapes
+    (their kernels could not share one library)."""
+    def shapes(t):
+        return t.workload, tuple((s.shape, s.dtype) for s in t.inputs)
+
+    taken = {shapes(t) for t, c in zip(tasks, choices) if c.task_key in timed}
+    added = set()
+    for t, c in zip(tasks, choices):
+        if c.task_key in timed or c.task_key in added or c.kernel_s is None \
+                or c.torch_s is None or shapes(t) in taken:
+            continue
+        taken.add(shapes(t))
+        added.add(c.task_key)
+    return added
+
+
+def _cuda_notes(target) -> tuple[dict, str | None]:
+    """What model_ops.json says of how a CUDA export decided, and why no kernel can be
+    called here (None where torch sees a GPU); ({}, None) for the CPU."""
+    from .baseline import no_gpu_reason
+
+    if target.kind != "cuda":
+        return {}, None
+    why = no_gpu_reason()
+    if why is None:
+        return {}, None
+    return {"decided_on": f"records (kernel record against torch's baseline record): {why}",
+            "step_check_skipped": f"no GPU to run the step on: {why}"}, why
+
+
+def _measuring_target(db, tasks, target):
+    """On a host without the GPU (a CUDA target, no local device): the target as
+    measured on the one GPU whose kernel records of `tasks` the database holds, so that
+    its records and baselines are found; else `target`."""
+    if target.kind != "cuda" or target.has_local_device:
+        return target
+    found = {}
+    for task in tasks:
+        for rec in db.iter_records(task_key=task.key, target_key=target.key, ok_only=True):
+            found.setdefault(rec.hardware_key, rec.hardware)
+    if len(found) > 1:
+        names = ", ".join(f"{fp.get('name')} ({key})" for key, fp in sorted(found.items()))
+        raise UserError(f"the records of this model on {target.key} come from several GPUs "
+                        f"({names}); export on the GPU machine whose kernels you want")
+    return target.measured_on(next(iter(found.values()))) if found else target
+
+
+def _check_step(spec, model_ops, tasks, choices, records, target, out_dir, rounds):
+    """The step check over the library in `out_dir` (step_check.py): (choices with the
+    undone groups left to torch, the records still chosen, the check); the library is
+    written again without the undone kernels."""
+    from .baseline import baseline_threads
+    from .choice import exclude_split_calls
+    from .step_check import check_step, chosen_groups, undo
+
+    check = check_step(spec, out_dir, model_ops, choices, model_ops.train,
+                       baseline_threads(target), rounds)
+    if check is None or not check.undone:
+        return choices, records, check
+    groups = chosen_groups(model_ops, choices)
+    choices = exclude_split_calls(model_ops, undo(choices, groups, check.undone))
+    winners = {c.task_key for c in choices if c.chosen == "autosched"}
+    records = {k: r for k, r in records.items() if k in winners}
+    if records:
+        _write(tasks, choices, records, target, out_dir)
+    return choices, records, check
+
+
+def _write(tasks, choices, records, target, out_dir) -> list:
+    """The library of the tasks in `records`; returns those tasks."""
+    from ..exporting import KernelChoice, write_library
+
+    picked = [(t, c) for t, c in zip(tasks, choices) if c.task_key in records]
+    metas = [{"torch_latency_s": c.torch_s, "baseline_record_id": c.baseline_record_id,
+              "call_latency_s": c.call_s, "torch_call_latency_s": c.torch_call_s,
+              "count": c.count, "ops": dict(c.ops)}
+             for _, c in picked]
+    write_library([t for t, _ in picked],
+                  [KernelChoice.of_record(records[c.task_key]) for _, c in picked],
+                  target, out_dir, metas)
+    return [t for t, _ in picked]
+
+
+def _build_and_time(model_ops, tasks, choices, records, target, out_dir,
+                    side_by_side: bool) -> dict:
+    """Build the candidates' library, time each kernel through its torch op beside
+    torch's operator (calls alternating; or alone without `side_by_side`); returns
+    {task key: (kernel's seconds per call, torch's or None)}, medians."""
+    from ..measure.settings import MeasureSettings
+    from ..torch import load_library
+    from .baseline import (baseline_threads, random_inputs, time_side_by_side,
+                           time_torch_cuda, twin_call)
+
+    built = {t.key for t in _write(tasks, choices, records, target, out_dir)}
+    library = load_library(out_dir)
+    gpu = target.kind == "cuda"
+    threads = 0 if gpu else baseline_threads(target)
+    out = {}
+    for op, t in zip(model_ops.ops, tasks):
+        if t.key in built and t.key not in out:
+            twin = twin_call(op.workload, dict(op.params))
+            funcs = [library.graph_op(t.workload)] + ([twin] if side_by_side else [])
+            inputs = random_inputs([(s.shape, s.dtype) for s in t.inputs],
+                                   "cuda" if gpu else "cpu")
+            times = (time_torch_cuda(funcs, inputs, MeasureSettings()) if gpu else
+                     time_side_by_side(funcs, inputs, MeasureSettings(), threads))
+            out[t.key] = (statistics.median(times[0]),
+                          statistics.median(times[1]) if side_by_side else None)
+    return out
+
+
+def _clear_library(out_dir: str) -> None:
+    from ..exporting import LIBRARY_NAME, MANIFEST_NAME
+
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UserError(f"-o {out_dir}: exists and is not a directory")
+    os.makedirs(out_dir, exist_ok=True)
+    for name in (LIBRARY_NAME, MANIFEST_NAME):
+        path = os.path.join(out_dir, name)
+        if os.path.isfile(path):
+            os.remove(path)
