@@ -4,14 +4,15 @@ alternating with torch's operator (issue: CPU kernels inside a PyTorch process).
     flock /tmp/autosched-bench.lock python bench/pool_as_called.py MODEL_FILE --db URL
           [--train] [--pools openmp,tvm-yield,tvm] [-o bench/results/pool_as_called.json]
 
-The model's tasks must be tuned already (`autosched tune-model MODEL_FILE --db URL`).
-For each pool of `AUTOSCHED_KERNEL_POOL` (see autosched/kernel_pool.py), as a user runs
-it, `autosched export-model` twice with that pool set: `--decide-on records` times each
-kernel whose record beats torch's baseline through its torch op alone, `--decide-on
-side-by-side` times the same call alternating with torch's operator, one call of each in turn
-on the same inputs (the whole-step check is off: this bench is about single calls). The
-records themselves were measured by the tuner's worker (on the OpenMP pool since the
-kernel pool exists). Per task and pool: record ms, alone ms, alternating ms, torch's
+The model's tasks must be tuned already (`autosched tune-model MODEL_FILE --db URL`):
+their records are then the tuner's as-called times (a candidate timed through a torch op,
+on the kernel pool, each call after torch's operator; docs/models.md), made on the pool
+`AUTOSCHED_KERNEL_POOL` named when tuning (openmp by default). For each pool, as a user
+runs it, `autosched export-model --time-all` twice with that pool set: `--decide-on
+records` times every task's kernel through the op the compiled model calls alone,
+`--decide-on side-by-side` times the same call alternating with torch's operator, one
+call of each in turn on the same inputs (the whole-step check is off: this bench is
+about single calls). Per task and pool: record ms, alone ms, alternating ms, torch's
 alternating ms, and alternating / record; per pool the geometric mean of that ratio and
 how many tasks are within 10% of their record.
 """
@@ -37,7 +38,7 @@ POOLS = ("openmp", "tvm-yield", "tvm")
 def _timed(path: str, train: bool, db: str, out: Path, pool: str, decide_on: str) -> dict:
     flags = ["--train"] if train else []
     cli("export-model", path, *flags, "--db", db, "-o", str(out), "--decide-on", decide_on,
-        "--step-check", "off", env={"AUTOSCHED_KERNEL_POOL": pool})
+        "--time-all", "--step-check", "off", env={"AUTOSCHED_KERNEL_POOL": pool})
     return {c.task_key: c for c in read_choices(out) if c.call_s is not None}
 
 
