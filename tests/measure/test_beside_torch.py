@@ -35,18 +35,11 @@ print(json.dumps(replies))
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, matmul_task, kernels):
-    import tvm
+    """Libraries of a good, a wrong and a half-writing kernel, and the reference."""
+    from support.kernels import built_libraries
 
-    from autosched.measure.reference.store import ensure_reference
-
-    folder = tmp_path_factory.mktemp("beside")
-    paths = {}
-    for name in ("vectorized", "plus_one", "half_written"):
-        paths[name] = str(folder / f"{name}.so")
-        tvm.compile(getattr(kernels, name), target=tvm.target.Target({"kind": "llvm"})
-                    ).export_library(paths[name])
-    paths["reference"] = ensure_reference(matmul_task, str(folder / "work")).directory
-    return paths
+    return built_libraries(tmp_path_factory.mktemp("beside"), matmul_task,
+                           {name: getattr(kernels, name) for name in ('vectorized', 'plus_one', 'half_written')})
 
 
 def _beside_request(built, lib, matmul_task, **over):

@@ -48,18 +48,10 @@ print(json.dumps({"replies": replies, "tvm_importable": imported,
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, matmul_task, kernels):
     """Libraries of the good and a wrong kernel, and the task's reference directory."""
-    import tvm
+    from support.kernels import built_libraries
 
-    from autosched.measure.reference.store import ensure_reference
-
-    folder = tmp_path_factory.mktemp("run_job")
-    paths = {}
-    for name in ("plain", "plus_one", "vectorized"):
-        paths[name] = str(folder / f"{name}.so")
-        tvm.compile(getattr(kernels, name), target=tvm.target.Target({"kind": "llvm"})
-                    ).export_library(paths[name])
-    paths["reference"] = ensure_reference(matmul_task, str(folder / "work")).directory
-    return paths
+    return built_libraries(tmp_path_factory.mktemp("run_job"), matmul_task,
+                           {name: getattr(kernels, name) for name in ('plain', 'plus_one', 'vectorized')})
 
 
 def _request(built, lib, **over):

@@ -111,3 +111,18 @@ def broken_kernels(n: int) -> dict:
                  raise_segv=raise_segv, missing_symbol=missing_symbol,
                  compile_error=gpu_threads_on_cpu)
     return {name: tvm.IRModule({"main": f}) for name, f in funcs.items()}
+
+
+def built_libraries(folder, task, mods: dict) -> dict:
+    """{name: path of the llvm library of each module in `mods`, "reference": the task's
+    reference directory}, all under `folder`: what a run request names."""
+    import tvm
+
+    from autosched.measure.reference.store import ensure_reference
+
+    paths = {}
+    for name, mod in mods.items():
+        paths[name] = str(folder / f"{name}.so")
+        tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})).export_library(paths[name])
+    paths["reference"] = ensure_reference(task, str(folder / "work")).directory
+    return paths
