@@ -48,6 +48,25 @@ def peer_callable(spec: dict):
     return _PEERS[key]
 
 
+def _working_peer(spec: dict, args):
+    """The peer, called once on the task's inputs before any candidate code runs: a peer
+    that cannot be made or run is this machine's or torch's fault, never the candidate's
+    (InfrastructureError: nothing is recorded)."""
+    from ..errors import InfrastructureError
+
+    try:
+        peer = peer_callable(spec)
+        peer(*args)
+    except Exception as e:  # noqa: BLE001 (whatever torch or the factory raise)
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise InfrastructureError(
+            f"torch's operator to time {spec['workload']} beside ({spec['peer']}) does not "
+            f"run here: {type(e).__name__}: {first[:300]}",
+            "check that torch imports and runs in the measuring worker (or tune the model's "
+            "tasks alone with `autosched tune`), then rerun") from None
+    return peer
+
+
 def torch_tensor(array, dtype: str):
     """A new torch tensor (torch's allocator, so aligned as torch's operators get them)
     holding `array`, whose TVM dtype is `dtype` (bfloat16 and other dtypes numpy lacks
@@ -139,16 +158,16 @@ def measure_beside(request: dict, reference: tuple, check_outputs) -> dict:
 
     specs, inputs, expected, tols = reference
     spec = request["beside"]
-    lib = tvm_ffi.load_module(request["lib"])
-    route_parallel_loops(request["lib"])
-    func = lib["main"]
     previous = torch.get_num_threads()
     torch.set_num_threads(int(spec["threads"]))
     try:
         with torch.no_grad():
             args = [torch_tensor(a, s.dtype) for a, s in zip(inputs, specs[0])]
             outputs = [(tuple(s.shape), getattr(torch, s.dtype)) for s in specs[1]]
-            peer = peer_callable(spec)
+            peer = _working_peer(spec, args)
+            lib = tvm_ffi.load_module(request["lib"])
+            route_parallel_loops(request["lib"])
+            func = lib["main"]
             # the first call writes into poisoned outputs, so an element it leaves
             # unwritten shows (torch.empty may hand back an earlier call's right answer)
             outs = [torch_tensor(poison(s), s.dtype) for s in specs[1]]

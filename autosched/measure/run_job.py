@@ -20,7 +20,8 @@ The reply is one of:
   process's CUDA context unusable: the caller must not run anything else in this process;
 - ``{"ok": false, "infrastructure": true, "cause": ..., "remedy": ...}``: the machine
   cannot run anything (no TVM runtime, no CUDA driver or runtime, no device, a library
-  without code for this GPU); nothing about the candidate is known.
+  without code for this GPU, torch's operator to time a kernel beside that does not
+  run); nothing about the candidate is known.
 
 The RPC session worker (`rpc/session.py`) uses the same reference loading and output
 check on the data it copies back from a server, so both runners judge alike.
@@ -243,6 +244,8 @@ def run_job(request: dict) -> dict:
 
             return measure_beside(request, (specs, inputs, expected, tols), check_outputs)
         return _measure(request, dev, timer, (specs, inputs, expected, tols))
+    except InfrastructureError as e:  # torch's peer cannot run here (beside_torch.py)
+        return infrastructure_reply(e)
     except Exception as e:
         return _run_failure(kind, e)
 

@@ -67,16 +67,17 @@ def test_calls_alternate_with_torchs_operator_on_the_openmp_pool(built, matmul_t
     assert reply["ok"], reply
     assert len(reply["latencies"]) == 4 and len(reply["beside_latencies"]) == 4
     assert all(0 < t < 0.01 for t in reply["latencies"] + reply["beside_latencies"])
-    # one parallel loop a call, every call on the OpenMP launcher: the checked call into
-    # poisoned outputs, then one kernel call after each of torch's calls
-    assert reply["peer_calls"] >= 2 + 4
-    assert reply["launches"] == 1 + reply["peer_calls"]
+    # one parallel loop a call, every call on the OpenMP launcher: torch's operator once
+    # before any candidate code, the checked call into poisoned outputs, then one kernel
+    # call after each of torch's calls (2 warm-up, then 4 repeats' worth)
+    assert reply["peer_calls"] >= 1 + 2 + 4
+    assert reply["launches"] == reply["peer_calls"]
     assert reply["threads_after"] == 1  # torch's own setting is given back
 
 
 def test_on_tvms_pool_no_loop_goes_through_the_launcher(built, matmul_task, child_env):
     (reply,) = _run([_beside_request(built, "vectorized", matmul_task)], child_env, "tvm")
-    assert reply["ok"] and reply["launches"] == 0 and reply["peer_calls"] >= 6
+    assert reply["ok"] and reply["launches"] == 0 and reply["peer_calls"] >= 7
 
 
 def test_a_wrong_kernel_is_a_wrong_answer_and_is_not_timed(built, matmul_task, child_env):
@@ -87,8 +88,28 @@ def test_a_wrong_kernel_is_a_wrong_answer_and_is_not_timed(built, matmul_task, c
                                      "max abs err 1.000e+00;")
     # the elements it leaves unwritten are poisoned, whatever torch.empty hands back
     assert half["kind"] == "wrong_answer" and half["error"].startswith("output C: 512 of 1024")
-    # checked before any timing: the warm-up's peer calls only
-    assert wrong["peer_calls"] == half["peer_calls"] == 2
+    # checked before any timing: the first peer call and the warm-up's only
+    assert wrong["peer_calls"] == half["peer_calls"] == 1 + 2
+
+
+def test_a_peer_that_does_not_run_is_the_machines_fault_not_the_candidates(
+        built, matmul_task, child_env):
+    bad_name, raising = _run([
+        dict(_beside_request(built, "vectorized", matmul_task),
+             beside=dict(_beside_request(built, "vectorized", matmul_task)["beside"],
+                         peer="support.beside_peers:no_such_peer")),
+        dict(_beside_request(built, "vectorized", matmul_task),
+             beside=dict(_beside_request(built, "vectorized", matmul_task)["beside"],
+                         workload="not_matmul"))], child_env)
+    for reply in (bad_name, raising):
+        assert reply["infrastructure"] is True and "kind" not in reply, reply
+        assert "\n" not in reply["cause"] + reply["remedy"]
+        assert reply["launches"] == 0  # no candidate code ran
+    assert bad_name["cause"].startswith("torch's operator to time matmul beside "
+                                        "(support.beside_peers:no_such_peer) does not run "
+                                        "here: AttributeError")
+    assert raising["cause"].startswith("torch's operator to time not_matmul beside "
+                                       f"({PEER}) does not run here: AssertionError")
 
 
 def test_only_the_cpu_is_timed_beside_torch(built, matmul_task):
