@@ -195,6 +195,12 @@ def recorded_choices(model_ops, tasks, db, target, versions) -> list:
         model_ops, tasks, db, target, versions, baseline_threads(target))))
 
 
+def dispatch_key(task) -> tuple:
+    """What `torch.ops.autosched.<workload>` dispatches on: the workload and its input
+    shapes and dtypes (two tasks with equal keys cannot share one library)."""
+    return task.workload, tuple((s.shape, s.dtype) for s in task.inputs)
+
+
 def exclude_ambiguous(tasks, choices) -> list:
     """Of the chosen tasks of one workload that take the same input shapes (they differ
     in another parameter, such as a layer norm's eps), keep the one that saves the most
@@ -203,7 +209,7 @@ def exclude_ambiguous(tasks, choices) -> list:
     for i, (t, c) in enumerate(zip(tasks, choices)):
         if c.chosen != "autosched":
             continue
-        key = (t.workload, tuple((s.shape, s.dtype) for s in t.inputs))
+        key = dispatch_key(t)
 
         def saving(j):
             return choices[j].count * (choices[j].torch_s - choices[j].kernel_cost_s)

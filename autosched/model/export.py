@@ -47,7 +47,7 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     from ..db import DEFAULT_DB_URL, open_database
     from .modelfile import load_model_file
     from ..target import resolve_target
-    from .choice import recorded_choices, write_choices
+    from .choice import exclude_split_calls, recorded_choices, write_choices
     from .extract import extract, model_tasks
 
     if step_check and step_rounds < min_rounds():
@@ -73,8 +73,6 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     if records and no_gpu:  # nothing can be called here: the records decide
         _write(tasks, choices, records, target, out_dir)
     elif records:
-        from .choice import exclude_split_calls
-
         timed = _build_and_time(model_ops, tasks, choices, records, target, out_dir,
                                 side_by_side)
         choices = exclude_split_calls(model_ops, [
@@ -98,16 +96,15 @@ def _also_timed(tasks, choices, timed: set) -> set:
     """The tasks `time_all` adds to the `timed` ones: every other task with a kernel and
     a baseline, but where a timed task of the same workload takes the same input shapes
     (their kernels could not share one library)."""
-    def shapes(t):
-        return t.workload, tuple((s.shape, s.dtype) for s in t.inputs)
+    from .choice import dispatch_key
 
-    taken = {shapes(t) for t, c in zip(tasks, choices) if c.task_key in timed}
+    taken = {dispatch_key(t) for t, c in zip(tasks, choices) if c.task_key in timed}
     added = set()
     for t, c in zip(tasks, choices):
         if c.task_key in timed or c.task_key in added or c.kernel_s is None \
-                or c.torch_s is None or shapes(t) in taken:
+                or c.torch_s is None or dispatch_key(t) in taken:
             continue
-        taken.add(shapes(t))
+        taken.add(dispatch_key(t))
         added.add(c.task_key)
     return added
 
