@@ -47,10 +47,11 @@ from ..errors import UserError
 from .aten_match import OpMatch
 from .choice import CHOICES_NAME, SPLIT_CALL, read_choices, shape_text
 from .conv_layouts import permuted
-from .graphs import aot_backend, graph_compiler, scan
+from .graphs import aot_backend, graph_compiler, lays_out, scan
 
 log = logging.getLogger("autosched.model")
 aten = torch.ops.aten
+CHANNELS_LAST = torch.channels_last
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,8 @@ class AutoschedBackend:
             raise UserError("cudagraphs=True captures CUDA work, and this graph's inputs are "
                             "not on a CUDA device (move the model and inputs to the GPU, or "
                             "leave cudagraphs off)")
-        return aot_backend(self.rewrite, self.compile_graph, self.cudagraphs)(
-            gm, example_inputs)
+        return aot_backend(self.rewrite, self.compile_graph, self.cudagraphs,
+                           lays_out(self.compile_graph))(gm, example_inputs)
 
     def __str__(self) -> str:
         return f"autosched kernels of {self.directory}"
@@ -110,20 +111,23 @@ class AutoschedBackend:
                              "library with `autosched export-model`)")
         return exported.chosen, exported.reason
 
-    def rewrite(self, gm, kind: str) -> None:
-        """Replace the chosen operator calls of one aten graph by their kernels."""
-        found = scan(gm, kind)
+    def rewrite(self, gm, kind: str, channels_last: bool = False) -> None:
+        """Replace the chosen operator calls of one aten graph by their kernels (its
+        convolutions in NHWC where the graph runs `channels_last`)."""
+        found = scan(gm, kind, channels_last)
         decided = [(m, *self.decide(m)) for m in found.matches]
         # the outputs of one operator go to kernels together or not at all
         torch_groups = {id(m.group) for m, chosen, _ in decided
                         if m.group is not None and chosen == "torch"}
+        replaced = {}   # a replaced call's output node -> the node now computing its value
         for m, chosen, reason in decided:
             if chosen == "autosched" and m.group is not None and id(m.group) in torch_groups:
                 chosen, reason = "torch", SPLIT_CALL
             self._note(Decision(kind, m.op, m.workload, shape_text(m.params), chosen,
                                 reason))
             if chosen == "autosched":
-                self._replace(gm.graph, m, self.kernels[m.key])
+                replaced[m.output] = self._replace(gm.graph, m, self.kernels[m.key],
+                                                   replaced)
         for name, count in found.uncovered.items():
             for _ in range(count):
                 self._note(Decision(kind, name, "", "", "torch", "no autosched workload"))
@@ -135,14 +139,24 @@ class AutoschedBackend:
         log.info("autosched backend: %s graph: %s %s -> %s (%s)", d.graph, d.op,
                  f"{d.workload}({d.shape})" if d.workload else "", d.chosen, d.reason)
 
-    def _replace(self, graph, m: OpMatch, entry) -> None:
+    def _replace(self, graph, m: OpMatch, entry, replaced: dict):
+        """Compute `m`'s output with its kernel and return the node that does. An input
+        that an earlier replaced call computed is read from that call's kernel (the
+        scan matched the node it replaced; reading that would compute it twice)."""
         op = self.ops[entry.workload]
         perms = m.input_perms or (None,) * len(m.inputs)
         with graph.inserting_before(m.output):
             args = []
             for node, shape, perm in zip(m.inputs, m.input_shapes, perms):
                 have = permuted(node.meta["val"].shape, perm)
-                if perm is not None:  # a view: zero-copy where it is contiguous
+                if perm is not None and node not in replaced and \
+                        not node.meta["val"].is_contiguous(memory_format=CHANNELS_LAST):
+                    # an NCHW tensor (the model's input, a weight) made channels_last in
+                    # the graph, where inductor fuses the copy with its other work
+                    node = graph.call_function(aten.clone.default, (node,),
+                                               {"memory_format": CHANNELS_LAST})
+                node = replaced.get(node, node)   # the same value (new nodes have no meta)
+                if perm is not None:  # a view: zero-copy where it is channels_last
                     node = graph.call_function(aten.permute.default, (node, list(perm)))
                 if have != tuple(shape):
                     node = graph.call_function(aten.reshape.default, (node, list(shape)))
@@ -154,6 +168,7 @@ class AutoschedBackend:
             if have != tuple(m.output_shape):
                 out = graph.call_function(aten.reshape.default, (out, list(m.output_shape)))
         m.output.replace_all_uses_with(out)
+        return out
 
 
 def _model_library(library):

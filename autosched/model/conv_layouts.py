@@ -12,6 +12,20 @@ same parameters (`te_conv_nhwc.py`): the kernel takes ``t.permute(0, 2, 3, 1)`` 
 permuted back with ``(0, 3, 1, 2)``, a view with the channels_last strides that the
 graph's later operators expect. Every other convolution matches as before.
 
+Inductor lays a graph's convolutions out channels_last on its own (its layout
+optimization: on the CPU wherever oneDNN runs them, on the GPU by its heuristics), though
+the aten graph it is given, traced with eager semantics, says NCHW. An NCHW kernel in
+such a graph makes inductor copy each activation back to NCHW around the call, and the
+convolutions left to torch run their backward on the copies: a kernel that beat torch's
+operator alone then slows the whole step. So where inductor compiles the graph and would
+lay it out so (`inductor_lays_out_channels_last`, inductor's own decision on the forward
+graph, kept for its backward), every 2-d convolution of the graph goes to its NHWC
+workload (`as_nhwc`), as in a channels_last model: the kernel's output, permuted back,
+is channels_last, so the operators after it keep the layout inductor wanted, and the
+activations the backward reads are channels_last too. The backend makes what is still
+NCHW (the model's input, the weights) channels_last in the graph, where inductor fuses
+the copy with its own work.
+
 This module reads node values and rewrites matches; it does not import the matcher
 (`aten_match.py` imports it), so the floors keep one direction.
 """
@@ -49,6 +63,23 @@ def takes_nhwc(x, *others) -> bool:
 def permuted(shape, perm) -> tuple:
     """`shape` in the order `perm` (None: unchanged)."""
     return tuple(shape) if perm is None else tuple(shape[i] for i in perm)
+
+
+def inductor_lays_out_channels_last(gm, kind: str) -> bool:
+    """Whether inductor compiles the forward or inference aten graph `gm` with its
+    convolutions channels_last: inductor's own decision (`GraphLowering.decide_layout_opt`,
+    which reads only the graph), so that kernels are matched in the layout inductor will
+    give their inputs. Decided on the graph before any rewrite (once every convolution is
+    a kernel's, inductor has none left to decide on)."""
+    from torch._inductor.graph import GraphLowering
+
+    return bool(GraphLowering.decide_layout_opt(gm, is_inference=kind == "inference"))
+
+
+def as_nhwc(m):
+    """`m` in its NHWC form where it is an NCHW 2-d convolution workload (`nhwc_match`);
+    any other match, an NHWC one included, as it is."""
+    return m if m.workload.startswith(NHWC_BASE) else nhwc_match(m)
 
 
 def nhwc_match(m):

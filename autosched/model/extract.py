@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..errors import UserError
-from .graphs import aot_backend, scan
+from .graphs import aot_backend, graph_compiler, lays_out, scan
 
 
 @dataclass
@@ -86,15 +86,19 @@ def run_step(model, inputs, loss_fn, train: bool):
         return model(*inputs)
 
 
-def extract(spec, train: bool = False) -> ModelOps:
-    """The operators of `spec` (a loaded model file) that autosched workloads compute."""
+def extract(spec, train: bool = False, compiler: str = "auto") -> ModelOps:
+    """The operators of `spec` (a loaded model file) that autosched workloads compute,
+    as the backend compiling with `compiler` (its default: "auto") will match them."""
     import torch
 
     scans = []
     torch._dynamo.reset()  # graphs compiled earlier for this model's code are not reused
     try:
+        # matched as the backend will match them: in the layouts its compiler gives
+        layouts = lays_out(graph_compiler(compiler))
         compiled = torch.compile(spec.model, backend=aot_backend(
-            lambda gm, kind: scans.append(scan(gm, kind))), dynamic=False)
+            lambda gm, kind, channels_last: scans.append(scan(gm, kind, channels_last)),
+            inductor_layouts=layouts), dynamic=False)
         try:
             run_step(compiled, spec.inputs, spec.loss_fn, train)
         except UserError:

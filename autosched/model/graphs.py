@@ -4,7 +4,8 @@ training step, one inference graph under no_grad), and a pass looks at or rewrit
 
 Extraction and the torch.compile backend share this, so the graphs that are tuned are the
 graphs that run. `scan(gm)` lists the matches of a graph in order; a node fused into an
-earlier match (a ReLU epilogue) is not matched again.
+earlier match (a ReLU epilogue) is not matched again. A graph that inductor will lay out
+channels_last has its convolutions matched in NHWC (`conv_layouts`).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .aten_match import OpMatch, is_compute, match, op_name
+from .conv_layouts import as_nhwc, inductor_lays_out_channels_last
 
 GRAPH_KINDS = ("forward", "backward", "inference")
 
@@ -26,8 +28,10 @@ class GraphScan:
     uncovered: Counter = field(default_factory=Counter)
 
 
-def scan(gm, kind: str) -> GraphScan:
-    """Every operator call of `gm` that a workload computes, in graph order."""
+def scan(gm, kind: str, channels_last: bool = False) -> GraphScan:
+    """Every operator call of `gm` that a workload computes, in graph order; with
+    `channels_last` (the graph's convolutions run channels_last, see `aot_backend`),
+    every 2-d convolution in its NHWC workload."""
     result = GraphScan(kind)
     fused = set()
     for node in gm.graph.nodes:
@@ -38,7 +42,7 @@ def scan(gm, kind: str) -> GraphScan:
             if is_compute(node):
                 result.uncovered[op_name(node)] += 1
             continue
-        result.matches += found
+        result.matches += [as_nhwc(m) for m in found] if channels_last else found
         fused.update(m.output for m in found if m.output is not node)
     return result
 
@@ -97,6 +101,11 @@ def graph_compiler(name: str) -> Callable:
     return compilers[name]
 
 
+def lays_out(compile_graph: Callable) -> bool:
+    """Whether `compile_graph` chooses the graphs' layouts (inductor does)."""
+    return compile_graph is inductor_graph
+
+
 def eager_graph(gm, example_inputs, kind: str, cudagraphs: Cudagraphs | None = None
                 ) -> Callable:
     """`gm` run as it is, operator by operator (a boxed callable); with `cudagraphs`,
@@ -114,10 +123,17 @@ def eager_graph(gm, example_inputs, kind: str, cudagraphs: Cudagraphs | None = N
 
 
 def aot_backend(graph_pass: Callable, compile_graph: Callable = eager_graph,
-                cudagraphs: bool = False) -> Callable:
-    """A torch.compile backend that runs `graph_pass(gm, kind)` on each aten graph
-    AOTAutograd makes of a captured graph, then `compile_graph(gm, example_inputs, kind)`
-    on the result (eager aten by default, `inductor_graph` to let inductor fuse the rest).
+                cudagraphs: bool = False, inductor_layouts: bool = False) -> Callable:
+    """A torch.compile backend that runs `graph_pass(gm, kind, channels_last)` on each
+    aten graph AOTAutograd makes of a captured graph, then
+    `compile_graph(gm, example_inputs, kind)` on the result (eager aten by default,
+    `inductor_graph` to let inductor fuse the rest).
+
+    `channels_last` says whether the graph's convolutions run channels_last: with
+    `inductor_layouts` (inductor compiles the graphs, or extraction tunes for the backend
+    that it will), where inductor lays the forward (or inference) graph out so, decided
+    on the graph as AOTAutograd made it, and the backward of that forward with it (its
+    saved activations are then channels_last); never otherwise.
 
     The forward and backward are split as inductor splits them, whatever compiles them:
     by the min-cut partitioner, which honours activation checkpointing (whole and
@@ -136,8 +152,13 @@ def aot_backend(graph_pass: Callable, compile_graph: Callable = eager_graph,
 
     from torch._functorch.aot_autograd import aot_module_simplified
 
-    def compiler(kind, state, gm, example_inputs):
-        graph_pass(gm, kind)
+    def compiler(kind, state, layout, gm, example_inputs):
+        if kind != "backward":   # a backward is compiled after its forward
+            layout["channels_last"] = inductor_layouts and \
+                inductor_lays_out_channels_last(gm, kind)
+        elif layout["channels_last"]:
+            _strides_from(gm, example_inputs)
+        graph_pass(gm, kind, layout["channels_last"])
         gm.recompile()
         if state is None:
             return compile_graph(gm, example_inputs, kind)
@@ -145,13 +166,30 @@ def aot_backend(graph_pass: Callable, compile_graph: Callable = eager_graph,
 
     def backend(gm, example_inputs):
         state = Cudagraphs(len(example_inputs)) if cudagraphs else None
-        return aot_module_simplified(gm, example_inputs, keep_inference_input_mutations=True,
-                                     fw_compiler=partial(compiler, "forward", state),
-                                     bw_compiler=partial(compiler, "backward", state),
-                                     inference_compiler=partial(compiler, "inference", state),
-                                     partition_fn=_partition_after_joint_passes)
+        layout = {"channels_last": False}   # one captured graph's forward and backward
+        return aot_module_simplified(
+            gm, example_inputs, keep_inference_input_mutations=True,
+            fw_compiler=partial(compiler, "forward", state, layout),
+            bw_compiler=partial(compiler, "backward", state, layout),
+            inference_compiler=partial(compiler, "inference", state, layout),
+            partition_fn=_partition_after_joint_passes)
 
     return backend
+
+
+def _strides_from(gm, example_inputs) -> None:
+    """`gm`'s node values propagated again from `example_inputs`. A backward graph's
+    values were traced with the joint graph, in eager's layouts; AOTAutograd compiles it
+    with its saved tensors as the forward really laid them out (channels_last where
+    inductor or a kernel made them so), and the pass must see those."""
+    from torch._guards import detect_fake_mode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = detect_fake_mode(example_inputs)
+    if mode is None:
+        FakeTensorProp(gm).propagate(*example_inputs)
+    else:
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*example_inputs)
 
 
 def _partition_after_joint_passes(joint, joint_inputs, **kwargs):

@@ -20,55 +20,9 @@ from torch import nn  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from autosched.model.dtypes import TWIN_TOLERANCE  # noqa: E402
-
-TORCH = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-CL = torch.channels_last
-
-
-class Block(nn.Module):
-    """A small residual block: 3x3 conv + ReLU, a strided 3x3 conv without bias, and a
-    strided 1x1 projection of the input as the shortcut."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(4, 8, 3, padding=1)
-        self.conv2 = nn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False)
-        self.skip = nn.Conv2d(4, 8, 1, stride=2)
-
-    def forward(self, x):
-        return torch.relu(self.conv2(torch.relu(self.conv1(x))) + self.skip(x))
-
-
-def _loss(out):
-    return out.float().square().mean()
-
-
-def _model_and_input(dtype: str, channels_last: bool = True):
-    torch.manual_seed(0)
-    model, x = Block().to(TORCH[dtype]), torch.randn(2, 4, 8, 8).to(TORCH[dtype])
-    if channels_last:
-        model, x = model.to(memory_format=CL), x.to(memory_format=CL)
-    return model, x
-
-
-def _extract(dtype: str, channels_last: bool = True):
-    from autosched.model.extract import extract
-    from autosched.model.modelfile import ModelSpec
-
-    model, x = _model_and_input(dtype, channels_last)
-    return extract(ModelSpec("block.py", model, (x,), _loss), train=True)
-
-
-C3 = {"C": 4, "H": 8, "W": 8, "K": 8, "R": 3, "S": 3, "stride": 1, "pad": 1}      # conv1
-C2 = {"C": 8, "H": 8, "W": 8, "K": 8, "R": 3, "S": 3, "stride": 2, "pad": 1}      # conv2
-C1 = {"C": 4, "H": 8, "W": 8, "K": 8, "R": 1, "S": 1, "stride": 2, "pad": 0}      # skip
-# one training step of Block in NCHW: (workload, parameters but N=2 and dtype)
-NCHW_TASKS = [
-    ("aten_conv2d_bias_relu", C3), ("aten_conv2d", C2), ("aten_conv2d_bias", C1),
-    ("aten_conv2d_grad_weight", C1), ("aten_conv2d_grad_bias", {"K": 8, "P": 4, "Q": 4}),
-    ("aten_conv2d_grad_input", C2), ("aten_conv2d_grad_weight", C2),
-    ("aten_conv2d_grad_weight", C3), ("aten_conv2d_grad_bias", {"K": 8, "P": 8, "Q": 8}),
-]
+from support.conv_block import (  # noqa: E402
+    CL, NCHW_TASKS, TORCH, block_library, close_to_eager, extract_block, model_and_input,
+    recording_backend, train_step)
 
 
 def _rows(found) -> list:
@@ -82,9 +36,19 @@ def _expected(dtype: str, nhwc: bool) -> list:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_extraction_lists_nhwc_tasks_for_channels_last_and_nchw_ones_otherwise(dtype):
-    found = _extract(dtype)
+    found = extract_block(dtype)
     assert _rows(found) == _expected(dtype, nhwc=True)
-    assert _rows(_extract(dtype, channels_last=False)) == _expected(dtype, nhwc=False)
+    assert _rows(extract_block(dtype, channels_last=False)) == _expected(dtype, nhwc=False)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_extraction_for_inductor_lists_nhwc_tasks_of_any_model_inductor_lays_out_so(
+        channels_last):
+    """Inductor runs a CPU conv net channels_last whatever the model's layout, so the
+    tasks it will call are the NHWC ones (the same tasks a channels_last model gives);
+    the same model's graphs for the eager compiler keep NCHW."""
+    found = extract_block("float32", channels_last, compiler="inductor")
+    assert _rows(found) == _expected("float32", nhwc=True)
 
 
 def _conv_node(channels_last: bool, shape=(2, 4, 8, 8), weight_too: bool = True):
@@ -194,39 +158,6 @@ def test_twins_compute_torchs_convolution_of_the_channels_last_tensors():
         torch.testing.assert_close(ours, back(reference), rtol=1e-5, atol=1e-5, msg=name)
 
 
-def _library(directory, dtype: str):
-    """A model library with a kernel for every task of Block's channels_last training
-    step, each chosen by model_ops.json (torch "recorded" at 1 s, the kernels at 1 ns)."""
-    from support.torch_library import compile_kernels, kernel_entry, write_manifest
-
-    from autosched.model.choice import OpChoice, write_choices
-    from autosched.model.extract import model_tasks
-
-    found = _extract(dtype)
-    tasks = model_tasks(found)
-    target, symbols = compile_kernels(directory, tasks)
-    write_manifest(directory, target, [kernel_entry(t, s, {}) for t, s in zip(tasks, symbols)])
-    write_choices(str(directory), "block.py", True, [
-        OpChoice(op.workload, dict(op.params), op.count, dict(op.ops), t.key, 1.0, 1e-9, 1, 2)
-        for op, t in zip(found.ops, tasks)])
-    return directory
-
-
-def _step(run, model, x):
-    """(loss, gradients of `model`'s parameters) of one step of `run` (it or compiled)."""
-    for p in model.parameters():
-        p.grad = None
-    loss = _loss(run(x))
-    loss.backward()
-    return loss.detach(), {n: p.grad for n, p in model.named_parameters()}
-
-
-def _close(ours, eager, what, dtype):
-    tol = TWIN_TOLERANCE[dtype]
-    atol = tol["atol"] * float(eager.detach().abs().max())
-    torch.testing.assert_close(ours, eager, rtol=tol["rtol"], atol=atol, msg=what)
-
-
 class KernelCalls(TorchDispatchMode):
     """Records every `torch.ops.autosched` call with its tensor arguments as they reach
     the op (what the kernel gets: the op copies only a non-contiguous tensor)."""
@@ -242,27 +173,6 @@ class KernelCalls(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _recording_backend(library):
-    """The backend over `library`, keeping each rewritten aten graph and the inputs
-    dynamo gave it."""
-    from autosched.model.compile_backend import AutoschedBackend
-
-    class Recording(AutoschedBackend):
-        def __init__(self, *args):
-            super().__init__(*args)
-            self.graphs, self.inputs = {}, []
-
-        def __call__(self, gm, example_inputs):
-            self.inputs.extend(example_inputs)
-            return super().__call__(gm, example_inputs)
-
-        def rewrite(self, gm, kind):
-            super().rewrite(gm, kind)
-            self.graphs[kind] = gm
-
-    return Recording(library, "eager")
-
-
 def _kernel_args(gm) -> list:
     """(workload, [the node each argument is]) of every kernel call in `gm`."""
     return [(str(n.target).split(".")[-2], list(n.args)) for n in gm.graph.nodes
@@ -271,31 +181,38 @@ def _kernel_args(gm) -> list:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_backend_trains_the_channels_last_block_as_eager_reading_views(tmp_path, dtype):
-    library = _library(tmp_path / "lib", dtype)
-    eager_model, x = _model_and_input(dtype)
-    eager_loss, eager_grads = _step(eager_model, eager_model, x)
-    model, _ = _model_and_input(dtype)
+    library = block_library(tmp_path / "lib", dtype)
+    eager_model, x = model_and_input(dtype)
+    eager_loss, eager_grads = train_step(eager_model, eager_model, x)
+    model, _ = model_and_input(dtype)
     torch._dynamo.reset()
-    backend = _recording_backend(library)
+    backend = recording_backend(library)
     compiled = torch.compile(model, backend=backend, dynamic=False)
-    loss, grads = _step(compiled, model, x)
-    _close(loss, eager_loss, "loss", dtype)
+    loss, grads = train_step(compiled, model, x)
+    close_to_eager(loss, eager_loss, "loss", dtype)
     for name, g in eager_grads.items():
         assert grads[name].dtype == g.dtype and grads[name].shape == g.shape
         # a channels_last weight gets a channels_last gradient, as in eager
         assert grads[name].stride() == g.stride(), name
-        _close(grads[name], g, f"gradient of {name}", dtype)
+        close_to_eager(grads[name], g, f"gradient of {name}", dtype)
     ran = sorted(d.workload for d in backend.decisions if d.chosen == "autosched")
     assert ran == sorted(w.replace("aten_conv2d", "aten_conv2d_nhwc") for w, _ in NCHW_TASKS)
     # in both graphs each 4-d argument of a kernel is a (0, 2, 3, 1) permute of a
-    # channels_last value, a contiguous view; nothing is copied on the way
+    # channels_last value, a contiguous view; nothing is copied on the way. A value an
+    # earlier kernel computed is that kernel's output itself, permuted back and forth
     calls = _kernel_args(backend.graphs["forward"]) + _kernel_args(backend.graphs["backward"])
     assert sorted(w for w, _ in calls) == ran
     for workload, args in calls:
         for a in args:
             if a.target == torch.ops.aten.permute.default:
                 assert list(a.args[1]) == [0, 2, 3, 1], workload
-                assert a.args[0].meta["val"].is_contiguous(memory_format=CL), workload
+                value = a.args[0]
+                if "val" in value.meta:
+                    assert value.meta["val"].is_contiguous(memory_format=CL), workload
+                else:
+                    assert value.target == torch.ops.aten.permute.default and \
+                        list(value.args[1]) == [0, 3, 1, 2], workload
+                    assert str(value.args[0].target).startswith("autosched."), workload
             else:
                 assert a.meta["val"].dim() == 1, workload   # a bias
     # run on the real tensors, the forward graph hands the kernels the user's input and
@@ -312,7 +229,7 @@ def test_backend_trains_the_channels_last_block_as_eager_reading_views(tmp_path,
     with torch.no_grad():
         out = compiled(x)
     assert out.is_contiguous(memory_format=CL) and not out.is_contiguous()
-    _close(out, eager_model(x), "output", dtype)
+    close_to_eager(out, eager_model(x), "output", dtype)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -35,6 +35,11 @@ NO_GPU = ("cudagraphs=True needs a CUDA GPU, and torch sees none here; leave cud
           "off on the CPU")
 
 
+def _look_only(gm, kind, channels_last):
+    """A graph pass that changes nothing."""
+
+
+
 def test_a_cpu_library_is_refused_in_one_line(model_library):
     import autosched.model
     from autosched.errors import UserError
@@ -160,7 +165,7 @@ def test_forward_and_backward_share_one_state_with_params_and_saved_tensors_stat
 
     model, x = mlp_and_input()
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend=aot_backend(lambda gm, kind: None, record,
+    compiled = torch.compile(model, backend=aot_backend(_look_only, record,
                                                         cudagraphs=True), dynamic=False)
     mlp_loss(compiled(x)).backward()
     (fw, fw_state, fw_static, _), (bw, bw_state, bw_static, bw_inputs) = seen
@@ -186,7 +191,7 @@ def test_torchs_checks_leave_a_cpu_graph_uncaptured_and_running():
     expected = model(x)
     torch._dynamo.reset()
     skips = counters["inductor"]["cudagraph_skips"]
-    compiled = torch.compile(model, backend=aot_backend(lambda gm, kind: None,
+    compiled = torch.compile(model, backend=aot_backend(_look_only,
                                                         eager_recording, cudagraphs=True))
     out = compiled(x)
     mlp_loss(out).backward()
@@ -206,7 +211,7 @@ def test_inductor_takes_the_cudagraph_arguments_and_its_checks_refuse_a_cpu_grap
 
     model, x = mlp_and_input()
     torch._dynamo.reset()
-    compiled = torch.compile(model.fc1, backend=aot_backend(lambda gm, kind: None,
+    compiled = torch.compile(model.fc1, backend=aot_backend(_look_only,
                                                             inductor_recording,
                                                             cudagraphs=True))
     with torch.no_grad():

@@ -66,10 +66,11 @@ def test_gpt_training_adds_backward_operators(model_file):
 
 def test_resnet_convolutions_fuse_bias_and_relu_only_without_batch_norm(model_file):
     ops, found = _ops(model_file("resnet"), train=False)
-    # the stem's bias and ReLU are fused; the blocks' convolutions feed batch norm
-    assert _get(ops, "aten_conv2d_bias_relu", C=3, K=4).count == 1
-    assert _get(ops, "aten_conv2d", C=4, K=4, stride=1).count == 2
-    assert _get(ops, "aten_conv2d", R=1, S=1, stride=2, pad=0).count == 1
+    # the stem's bias and ReLU are fused; the blocks' convolutions feed batch norm; NHWC,
+    # the layout inductor (the backend's default compiler here) runs a CPU conv net in
+    assert _get(ops, "aten_conv2d_nhwc_bias_relu", C=3, K=4).count == 1
+    assert _get(ops, "aten_conv2d_nhwc", C=4, K=4, stride=1).count == 2
+    assert _get(ops, "aten_conv2d_nhwc", R=1, S=1, stride=2, pad=0).count == 1
     assert sum(o.count for o in found.ops if o.workload.startswith("aten_conv2d")) == 6
     assert found.uncovered["aten._native_batch_norm_legit_no_training"] == 5
 
