@@ -149,10 +149,12 @@ class AutoschedBackend:
             args = []
             for node, shape, perm in zip(m.inputs, m.input_shapes, perms):
                 have = permuted(node.meta["val"].shape, perm)
-                if perm is not None and node not in replaced and \
+                if perm is not None and node.op == "placeholder" and \
                         not node.meta["val"].is_contiguous(memory_format=CHANNELS_LAST):
                     # an NCHW tensor (the model's input, a weight) made channels_last in
-                    # the graph, where inductor fuses the copy with its other work
+                    # the graph, where inductor fuses the copy with its other work (a
+                    # placeholder's strides are its value's; an intermediate value's are
+                    # eager's, and inductor may have laid it out channels_last already)
                     node = graph.call_function(aten.clone.default, (node,),
                                                {"memory_format": CHANNELS_LAST})
                 node = replaced.get(node, node)   # the same value (new nodes have no meta)
