@@ -71,19 +71,9 @@ NCHW_TASKS = [
 def block_library(directory, dtype: str):
     """A model library with a kernel for every task of Block's channels_last training
     step, each chosen by model_ops.json (torch "recorded" at 1 s, the kernels at 1 ns)."""
-    from support.torch_library import compile_kernels, kernel_entry, write_manifest
+    from support.torch_library import write_chosen_model_library
 
-    from autosched.model.choice import OpChoice, write_choices
-    from autosched.model.extract import model_tasks
-
-    found = extract_block(dtype)
-    tasks = model_tasks(found)
-    target, symbols = compile_kernels(directory, tasks)
-    write_manifest(directory, target, [kernel_entry(t, s, {}) for t, s in zip(tasks, symbols)])
-    write_choices(str(directory), "block.py", True, [
-        OpChoice(op.workload, dict(op.params), op.count, dict(op.ops), t.key, 1.0, 1e-9, 1, 2)
-        for op, t in zip(found.ops, tasks)])
-    return directory
+    return write_chosen_model_library(directory, extract_block(dtype), "block.py")
 
 
 def train_step(run, model, x):

@@ -38,19 +38,11 @@ def mlp_and_input():
 def chosen_mlp_library(directory: Path) -> Path:
     """Write the library of the MLP's training step into `directory` (see the module
     docstring) and return it."""
-    from support.torch_library import compile_kernels, kernel_entry, write_manifest
+    from support.torch_library import write_chosen_model_library
 
-    from autosched.model.choice import OpChoice, write_choices
     from autosched.model.extract import extract
     from autosched.model.modelfile import ModelSpec
-    from autosched.model.extract import model_tasks
 
     model, x = mlp_and_input()
     found = extract(ModelSpec("mlp.py", model, (x,), mlp_loss), train=True)
-    tasks = model_tasks(found)
-    target, symbols = compile_kernels(directory, tasks)
-    write_manifest(directory, target, [kernel_entry(t, s, {}) for t, s in zip(tasks, symbols)])
-    write_choices(str(directory), "mlp.py", True, [
-        OpChoice(op.workload, dict(op.params), op.count, dict(op.ops), t.key, 1.0, 1e-9, 1, 2)
-        for op, t in zip(found.ops, tasks)])
-    return directory
+    return write_chosen_model_library(directory, found, "mlp.py")

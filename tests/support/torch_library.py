@@ -117,3 +117,19 @@ TEST_SELECTION = {
     "layer_norm": ROWS, "layer_norm_grad_x": ROWS, "layer_norm_grad_gamma": ROWS,
     "layer_norm_grad_beta": ROWS,
 }
+
+
+def write_chosen_model_library(directory, found, model_name: str):
+    """A model library in `directory` with a kernel for every task extraction `found`,
+    each chosen by model_ops.json (torch "recorded" at 1 s, the kernels at 1 ns); the
+    kernels are the unscheduled builds (`compile_kernels`). Returns `directory`."""
+    from autosched.model.choice import OpChoice, write_choices
+    from autosched.model.extract import model_tasks
+
+    tasks = model_tasks(found)
+    target, symbols = compile_kernels(directory, tasks)
+    write_manifest(directory, target, [kernel_entry(t, s, {}) for t, s in zip(tasks, symbols)])
+    write_choices(str(directory), model_name, True, [
+        OpChoice(op.workload, dict(op.params), op.count, dict(op.ops), t.key, 1.0, 1e-9, 1, 2)
+        for op, t in zip(found.ops, tasks)])
+    return directory
