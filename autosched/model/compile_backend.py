@@ -120,6 +120,7 @@ class AutoschedBackend:
         torch_groups = {id(m.group) for m, chosen, _ in decided
                         if m.group is not None and chosen == "torch"}
         replaced = {}   # a replaced call's output node -> the node now computing its value
+        copies = {}     # an NCHW placeholder -> its channels_last copy, made once
         for m, chosen, reason in decided:
             if chosen == "autosched" and m.group is not None and id(m.group) in torch_groups:
                 chosen, reason = "torch", SPLIT_CALL
@@ -127,7 +128,7 @@ class AutoschedBackend:
                                 reason))
             if chosen == "autosched":
                 replaced[m.output] = self._replace(gm.graph, m, self.kernels[m.key],
-                                                   replaced)
+                                                   replaced, copies)
         for name, count in found.uncovered.items():
             for _ in range(count):
                 self._note(Decision(kind, name, "", "", "torch", "no autosched workload"))
@@ -139,10 +140,12 @@ class AutoschedBackend:
         log.info("autosched backend: %s graph: %s %s -> %s (%s)", d.graph, d.op,
                  f"{d.workload}({d.shape})" if d.workload else "", d.chosen, d.reason)
 
-    def _replace(self, graph, m: OpMatch, entry, replaced: dict):
+    def _replace(self, graph, m: OpMatch, entry, replaced: dict, copies: dict):
         """Compute `m`'s output with its kernel and return the node that does. An input
         that an earlier replaced call computed is read from that call's kernel (the
-        scan matched the node it replaced; reading that would compute it twice)."""
+        scan matched the node it replaced; reading that would compute it twice); an NCHW
+        placeholder an NHWC kernel takes is read from its channels_last copy in `copies`
+        (`_channels_last_copy`)."""
         op = self.ops[entry.workload]
         perms = m.input_perms or (None,) * len(m.inputs)
         with graph.inserting_before(m.output):
@@ -151,12 +154,7 @@ class AutoschedBackend:
                 have = permuted(node.meta["val"].shape, perm)
                 if perm is not None and node.op == "placeholder" and \
                         not node.meta["val"].is_contiguous(memory_format=CHANNELS_LAST):
-                    # an NCHW tensor (the model's input, a weight) made channels_last in
-                    # the graph, where inductor fuses the copy with its other work (a
-                    # placeholder's strides are its value's; an intermediate value's are
-                    # eager's, and inductor may have laid it out channels_last already)
-                    node = graph.call_function(aten.clone.default, (node,),
-                                               {"memory_format": CHANNELS_LAST})
+                    node = _channels_last_copy(graph, node, copies)
                 node = replaced.get(node, node)   # the same value (new nodes have no meta)
                 if perm is not None:  # a view: zero-copy where it is channels_last
                     node = graph.call_function(aten.permute.default, (node, list(perm)))
@@ -171,6 +169,19 @@ class AutoschedBackend:
                 out = graph.call_function(aten.reshape.default, (out, list(m.output_shape)))
         m.output.replace_all_uses_with(out)
         return out
+
+
+def _channels_last_copy(graph, placeholder, copies: dict):
+    """The channels_last copy of an NCHW `placeholder` (the model's input, a weight),
+    made once per graph, before its first computation: inductor fuses the copy with its
+    other work. Only placeholders: their strides are their values'; an intermediate
+    value's are eager's, and inductor may have laid it out channels_last already."""
+    if placeholder not in copies:
+        first = next(n for n in graph.nodes if n.op != "placeholder")
+        with graph.inserting_before(first):
+            copies[placeholder] = graph.call_function(
+                aten.clone.default, (placeholder,), {"memory_format": CHANNELS_LAST})
+    return copies[placeholder]
 
 
 def _model_library(library):

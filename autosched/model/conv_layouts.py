@@ -20,7 +20,7 @@ convolutions left to torch run their backward on the copies: a kernel that beat 
 operator alone then slows the whole step. So where inductor compiles the graph and would
 lay it out so (`inductor_lays_out_channels_last`, inductor's own decision on the forward
 graph, kept for its backward), every 2-d convolution of the graph goes to its NHWC
-workload (`as_nhwc`), as in a channels_last model: the kernel's output, permuted back,
+workload (`nhwc_match`), as in a channels_last model: the kernel's output, permuted back,
 is channels_last, so the operators after it keep the layout inductor wanted, and the
 activations the backward reads are channels_last too. The backend makes what is still
 NCHW (the model's input, the weights) channels_last in the graph, where inductor fuses
@@ -76,17 +76,12 @@ def inductor_lays_out_channels_last(gm, kind: str) -> bool:
     return bool(GraphLowering.decide_layout_opt(gm, is_inference=kind == "inference"))
 
 
-def as_nhwc(m):
-    """`m` in its NHWC form where it is an NCHW 2-d convolution workload (`nhwc_match`);
-    any other match, an NHWC one included, as it is."""
-    return m if m.workload.startswith(NHWC_BASE) else nhwc_match(m)
-
-
 def nhwc_match(m):
     """The NHWC form of `m`, an OpMatch of a 2-d convolution workload (forward or one
     gradient): its 4-d inputs given as their memory-order views, its 4-d output permuted
-    back; bias and bias gradient (1-d) as they are. Same parameters, same key otherwise."""
-    if m is None or not m.workload.startswith(NCHW_BASE):
+    back; bias and bias gradient (1-d) as they are. Same parameters, same key otherwise.
+    Any other match, an NHWC one included, as it is."""
+    if m is None or not m.workload.startswith(NCHW_BASE) or m.workload.startswith(NHWC_BASE):
         return m
     perms = tuple(TO_NHWC if len(s) == 4 else None for s in m.input_shapes)
     return replace(m, workload=NHWC_BASE + m.workload[len(NCHW_BASE):],

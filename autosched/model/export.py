@@ -101,10 +101,11 @@ def _also_timed(tasks, choices, timed: set) -> set:
     taken = {dispatch_key(t) for t, c in zip(tasks, choices) if c.task_key in timed}
     added = set()
     for t, c in zip(tasks, choices):
+        key = dispatch_key(t)
         if c.task_key in timed or c.task_key in added or c.kernel_s is None \
-                or c.torch_s is None or dispatch_key(t) in taken:
+                or c.torch_s is None or key in taken:
             continue
-        taken.add(dispatch_key(t))
+        taken.add(key)
         added.add(c.task_key)
     return added
 

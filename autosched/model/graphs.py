@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .aten_match import OpMatch, is_compute, match, op_name
-from .conv_layouts import as_nhwc, inductor_lays_out_channels_last
+from .conv_layouts import inductor_lays_out_channels_last, nhwc_match
 
 GRAPH_KINDS = ("forward", "backward", "inference")
 
@@ -42,7 +42,7 @@ def scan(gm, kind: str, channels_last: bool = False) -> GraphScan:
             if is_compute(node):
                 result.uncovered[op_name(node)] += 1
             continue
-        result.matches += [as_nhwc(m) for m in found] if channels_last else found
+        result.matches += [nhwc_match(m) for m in found] if channels_last else found
         fused.update(m.output for m in found if m.output is not node)
     return result
 
