@@ -100,15 +100,17 @@ def step_check(library: Path) -> dict | None:
 
 def op_table(name: str, mode: str, ops: list[dict]) -> str:
     """The per-operator decisions: op, shape, count, torch ms, autosched ms, chosen."""
+    from autosched.model.choice import OpChoice
+
     def ms(s):
         return "-" if s is None else f"{s * 1e3:.4f}"
-    lines = [f"{name} {mode}: op | shape | count | torch ms | autosched ms | chosen"]
+    lines = [f"{name} {mode}: op | shape | count | torch ms | autosched ms | chosen "
+             "((call): all outputs of the aten call, torch's one call)"]
     for o in ops:
+        c = OpChoice.from_json(o)
         shape = ",".join(f"{k}={v}" for k, v in o["params"].items())
-        torch_s = o["torch_call_s"] if o["torch_call_s"] is not None else o["torch_s"]
-        ours = o["call_s"] if o["call_s"] is not None else o["kernel_s"]
-        lines.append(f"  {o['workload']} | {shape} | {o['count']} | {ms(torch_s)} | "
-                     f"{ms(ours)} | {o['chosen']}")
+        lines.append(f"  {o['workload']} | {shape} | {o['count']} | {ms(c.torch_cost_s)} | "
+                     f"{ms(c.kernel_cost_s)} | {o['chosen']}{' (call)' if c.joint else ''}")
     return "\n".join(lines)
 
 

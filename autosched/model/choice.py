@@ -53,15 +53,33 @@ class OpChoice:
     # why torch runs although the kernel is faster (say, another task of the workload
     # takes the same input shapes, and one op cannot dispatch between them)
     excluded: str = ""
+    # where one aten call computes this output with others (joint_calls.py): the kernels
+    # of all its outputs called one after the other (the sum of their calls), and torch's
+    # one call computing them, timed beside; the same on every task of the call, which
+    # is then chosen as a whole. None where no such group was timed
+    joint_call_s: float | None = None
+    joint_torch_call_s: float | None = None
+
+    @property
+    def joint(self) -> bool:
+        """Whether the choice compares the kernels of all outputs of its aten call with
+        torch's one call computing them."""
+        return self.joint_call_s is not None and self.joint_torch_call_s is not None
 
     @property
     def kernel_cost_s(self) -> float | None:
-        """What running the kernel in the model costs, as well as it is known."""
+        """What running the kernel in the model costs, as well as it is known (for a
+        joint choice: the kernels of all outputs of its call)."""
+        if self.joint:
+            return self.joint_call_s
         return self.call_s if self.call_s is not None else self.kernel_s
 
     @property
     def torch_cost_s(self) -> float | None:
-        """torch's time to compare the kernel's with: timed beside its call when known."""
+        """torch's time to compare the kernel's with: timed beside its call when known
+        (for a joint choice: torch's one call computing all those outputs)."""
+        if self.joint:
+            return self.joint_torch_call_s
         return self.torch_call_s if self.torch_call_s is not None else self.torch_s
 
     @property
@@ -79,6 +97,12 @@ class OpChoice:
         if self.excluded:
             return self.excluded
         speedup = self.torch_cost_s / self.kernel_cost_s if self.kernel_cost_s else math.inf
+        if self.joint:
+            if self.chosen == "autosched":
+                return (f"kernels of all outputs of the call faster ({speedup:.2f}x "
+                        f"torch's one call side by side)")
+            return (f"torch's one call of all outputs timed faster (kernels at "
+                    f"{speedup:.2f}x side by side)")
         how = " side by side" if self.torch_call_s is not None else ""
         if self.chosen == "autosched":
             return f"kernel faster ({speedup:.2f}x torch{how})"
@@ -89,6 +113,8 @@ class OpChoice:
         """How the choice was made: the kernel's call timed beside torch's operator, the
         call against torch's baseline record, or the two records alone (export on a
         host that cannot run the kernels, or before export)."""
+        if self.joint:
+            return "side by side, with the other outputs of its call"
         if self.torch_call_s is not None:
             return "side by side"
         return "call against baseline record" if self.call_s is not None else "records"
@@ -103,6 +129,8 @@ class OpChoice:
                 "kernel_s": self.kernel_s, "baseline_record_id": self.baseline_record_id,
                 "kernel_record_id": self.kernel_record_id, "call_s": self.call_s,
                 "torch_call_s": self.torch_call_s, "excluded": self.excluded,
+                "joint_call_s": self.joint_call_s,
+                "joint_torch_call_s": self.joint_torch_call_s,
                 "chosen": self.chosen, "reason": self.reason, "decided_by": self.decided_by}
 
     @staticmethod
@@ -110,7 +138,8 @@ class OpChoice:
         return OpChoice(d["workload"], dict(d["params"]), int(d["count"]), dict(d["ops"]),
                         d["task_key"], d.get("torch_s"), d.get("kernel_s"),
                         d.get("baseline_record_id"), d.get("kernel_record_id"),
-                        d.get("call_s"), d.get("torch_call_s"), d.get("excluded", ""))
+                        d.get("call_s"), d.get("torch_call_s"), d.get("excluded", ""),
+                        d.get("joint_call_s"), d.get("joint_torch_call_s"))
 
 
 def op_choices(model_ops, tasks, db, target, versions, threads: int) -> list[OpChoice]:
@@ -129,15 +158,20 @@ def op_choices(model_ops, tasks, db, target, versions, threads: int) -> list[OpC
 
 def choices_table(choices: list[OpChoice]) -> str:
     """op, shape, count, torch ms, autosched ms (records), the kernel as called and
-    torch beside it (export), chosen — one row per task."""
+    torch beside it (export; for a joint choice the kernels of all outputs of the aten
+    call and torch's one call, marked "(call)"), chosen — one row per task."""
     from ..tables import format_table
 
     def ms(s):
         return "-" if s is None else f"{s * 1e3:.4f}"
 
+    def called(c):  # a joint choice: all outputs of the aten call, both sides
+        if c.joint:
+            return f"{ms(c.joint_call_s)} (call)", f"{ms(c.joint_torch_call_s)} (call)"
+        return ms(c.call_s), ms(c.torch_call_s)
+
     rows = [(",".join(c.ops), c.workload.removeprefix("aten_"), c.shape, str(c.count),
-             ms(c.torch_s), ms(c.kernel_s), ms(c.call_s), ms(c.torch_call_s), c.chosen)
-            for c in choices]
+             ms(c.torch_s), ms(c.kernel_s), *called(c), c.chosen) for c in choices]
     return format_table(("op", "workload", "shape", "count", "torch ms", "autosched ms",
                          "as called ms", "torch beside ms", "chosen"), rows, right=5)
 

@@ -25,7 +25,9 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     call it (through `torch.ops.autosched.<workload>.graph`, whose Python call costs
     microseconds that the kernel's record does not hold) beside torch's own operator, their repeats
     alternating on the same inputs; it stays in the library only if it beats torch
-    there too. (Torch's baseline and the kernel's record were timed at different
+    there too. The kernels of all outputs of one aten call (a convolution's or a layer
+    norm's input, weight and bias gradients) are timed beside torch's one call computing
+    them, and stay only together, where their calls sum to less (joint_calls.py). (Torch's baseline and the kernel's record were timed at different
     moments; on a machine whose speed drifts only the side-by-side pair is fair.)
     `side_by_side=False` compares the call with torch's baseline record instead.
     `time_all` times every task's kernel so, not only those whose record beats torch's,
@@ -76,8 +78,8 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
         timed = _build_and_time(model_ops, tasks, choices, records, target, out_dir,
                                 side_by_side)
         choices = exclude_split_calls(model_ops, [
-            replace(c, call_s=timed[c.task_key][0], torch_call_s=timed[c.task_key][1])
-            if c.task_key in timed else c for c in choices])
+            replace(c, **timed[c.task_key]) if c.task_key in timed else c
+            for c in choices])
         winners = {c.task_key for c in choices if c.chosen == "autosched"}
         records = {k: r for k, r in records.items() if k in winners}
         if records:        # again: the library's metadata carries the times of the calls
@@ -169,6 +171,8 @@ def _write(tasks, choices, records, target, out_dir) -> list:
     picked = [(t, c) for t, c in zip(tasks, choices) if c.task_key in records]
     metas = [{"torch_latency_s": c.torch_s, "baseline_record_id": c.baseline_record_id,
               "call_latency_s": c.call_s, "torch_call_latency_s": c.torch_call_s,
+              "joint_call_latency_s": c.joint_call_s,
+              "joint_torch_call_latency_s": c.joint_torch_call_s,
               "count": c.count, "ops": dict(c.ops)}
              for _, c in picked]
     write_library([t for t, _ in picked],
@@ -181,28 +185,59 @@ def _build_and_time(model_ops, tasks, choices, records, target, out_dir,
                     side_by_side: bool) -> dict:
     """Build the candidates' library, time each kernel through its torch op beside
     torch's operator (calls alternating; or alone without `side_by_side`); returns
-    {task key: (kernel's seconds per call, torch's or None)}, medians."""
-    from ..measure.settings import MeasureSettings
+    {task key: the OpChoice fields timed}, medians. The kernels of all outputs of one
+    aten call (joint_calls.py) are timed beside torch's one call computing them
+    (`joint_call_s`, `joint_torch_call_s`), each kernel's own call in `call_s`."""
     from ..torch import load_library
-    from .baseline import (baseline_threads, random_inputs, time_side_by_side,
-                           time_torch_cuda, twin_call)
+    from .baseline import random_inputs, twin_call
+    from .joint_calls import joint_call, sibling_groups
 
     built = {t.key for t in _write(tasks, choices, records, target, out_dir)}
     library = load_library(out_dir)
-    gpu = target.kind == "cuda"
-    threads = 0 if gpu else baseline_threads(target)
+    device = "cuda" if target.kind == "cuda" else "cpu"
+
+    def inputs_of(t):
+        return random_inputs([(s.shape, s.dtype) for s in t.inputs], device)
+
     out = {}
+    groups = [g for g in sibling_groups(model_ops)
+              if all(tasks[i].key in built for i in g)] if side_by_side else []
+    for group in groups:
+        members = [(tasks[i], inputs_of(tasks[i])) for i in group]
+        peer = joint_call([(t.workload, dict(model_ops.ops[i].params), ins)
+                           for i, (t, ins) in zip(group, members)])
+        times = _time(target, [_bound(library.graph_op(t.workload), ins)
+                               for t, ins in members] + [peer])
+        calls = [statistics.median(x) for x in times]
+        for (t, _), call in zip(members, calls):
+            out[t.key] = {"call_s": call, "torch_call_s": None,
+                          "joint_call_s": sum(calls[:-1]), "joint_torch_call_s": calls[-1]}
     for op, t in zip(model_ops.ops, tasks):
         if t.key in built and t.key not in out:
-            twin = twin_call(op.workload, dict(op.params))
-            funcs = [library.graph_op(t.workload)] + ([twin] if side_by_side else [])
-            inputs = random_inputs([(s.shape, s.dtype) for s in t.inputs],
-                                   "cuda" if gpu else "cpu")
-            times = (time_torch_cuda(funcs, inputs, MeasureSettings()) if gpu else
-                     time_side_by_side(funcs, inputs, MeasureSettings(), threads))
-            out[t.key] = (statistics.median(times[0]),
-                          statistics.median(times[1]) if side_by_side else None)
+            inputs = inputs_of(t)
+            funcs = [library.graph_op(t.workload)] + \
+                ([twin_call(op.workload, dict(op.params))] if side_by_side else [])
+            times = _time(target, [_bound(f, inputs) for f in funcs])
+            out[t.key] = {"call_s": statistics.median(times[0]),
+                          "torch_call_s": statistics.median(times[1]) if side_by_side
+                          else None}
     return out
+
+
+def _bound(func, inputs):
+    return lambda: func(*inputs)
+
+
+def _time(target, calls) -> list[list[float]]:
+    """Latencies of the callables `calls` (no arguments), their calls alternating: on
+    the GPU with the kernels' CUDA harness, on the CPU with torch on the kernels' thread
+    count."""
+    from ..measure.settings import MeasureSettings
+    from .baseline import baseline_threads, time_side_by_side, time_torch_cuda
+
+    if target.kind == "cuda":
+        return time_torch_cuda(calls, [], MeasureSettings())
+    return time_side_by_side(calls, [], MeasureSettings(), baseline_threads(target))
 
 
 def _clear_library(out_dir: str) -> None:

@@ -91,9 +91,10 @@ def _torch_layer_norm(x, gamma, beta, eps=1e-5):
     return torch.nn.functional.layer_norm(x, x.shape[-1:], gamma, beta, eps)
 
 
-def _torch_layer_norm_backward(dy, x, mean, rstd, gamma=None, part=0):
-    """One output of aten.native_layer_norm_backward over the last axis, as torch
-    computes it alone (the other outputs masked off)."""
+def layer_norm_backward(dy, x, mean, rstd, gamma, mask, beta=None):
+    """aten.native_layer_norm_backward over the last axis: the outputs (dx, dgamma, dbeta)
+    that `mask` selects, in one call, as a model's backward makes it (the outputs not
+    selected are None; dbeta needs the `beta` the forward had)."""
     import torch
 
     weight = gamma if gamma is not None else torch.ones(x.shape[-1], dtype=x.dtype)
@@ -101,9 +102,14 @@ def _torch_layer_norm_backward(dy, x, mean, rstd, gamma=None, part=0):
         # float32 statistics of half inputs (what CUDA saves); torch's CPU operator
         # takes them in the inputs' dtype only
         mean, rstd = mean.to(x.dtype), rstd.to(x.dtype)
-    mask = [i == part for i in range(3)]
     return torch.ops.aten.native_layer_norm_backward(
-        dy, x, [x.shape[-1]], mean.unsqueeze(-1), rstd.unsqueeze(-1), weight, None, mask)[part]
+        dy, x, [x.shape[-1]], mean.unsqueeze(-1), rstd.unsqueeze(-1), weight, beta, list(mask))
+
+
+def _torch_layer_norm_backward(dy, x, mean, rstd, gamma=None, part=0):
+    """One output of aten.native_layer_norm_backward, as torch computes it alone (the
+    other outputs masked off)."""
+    return layer_norm_backward(dy, x, mean, rstd, gamma, [i == part for i in range(3)])[part]
 
 
 def _torch_gelu(x, approximate="none"):
@@ -128,6 +134,17 @@ def _torch_conv2d_grad_weight(dy, x, R=3, S=3, stride=1, pad=1):
     import torch
 
     return torch.nn.grad.conv2d_weight(x, (dy.shape[1], x.shape[1], R, S), dy, stride, pad)
+
+
+def conv2d_backward(dy, x, w, stride, pad, bias: bool, mask):
+    """aten.convolution_backward of a plain 2-d convolution (NCHW shapes, any strides):
+    the outputs (grad_input, grad_weight, grad_bias) that `mask` selects, in one call, as
+    a model's backward makes it."""
+    import torch
+
+    return torch.ops.aten.convolution_backward(
+        dy, x, w, [w.shape[0]] if bias else None, [stride] * 2, [pad] * 2, [1, 1], False,
+        [0, 0], 1, list(mask))
 
 
 def _torch_sum_rows(dy):

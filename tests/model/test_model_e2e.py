@@ -222,7 +222,8 @@ def test_the_backend_obeys_the_exported_decisions(exported, tmp_path):
 
 def test_time_all_times_every_kernel_beside_torch_and_the_call_decides(exported, tmp_path):
     """`export-model --time-all`: the kernel of every task with a baseline is called
-    beside torch's operator (also the one whose torch baseline says torch is faster),
+    beside torch's operator (also the one whose torch baseline says torch is faster; the
+    kernels of a call's gradients beside torch's one call computing them all),
     but a second task of a workload whose input shapes a timed task already takes."""
     from conftest import run_cli
 
@@ -234,7 +235,8 @@ def test_time_all_times_every_kernel_beside_torch_and_the_call_decides(exported,
     done = run_cli("export-model", str(path), "--train", "--db", libs["db"], "-o", str(out),
                    "--time-all", "--step-check", "off")
     assert done.returncode == 0, done.stderr
-    tasks = model_tasks(extract(_load(path), True))
+    model_ops = extract(_load(path), True)
+    tasks = model_tasks(model_ops)
     choices = read_choices(out)
     assert [c.task_key for c in choices] == [t.key for t in tasks]
     both = [(t, c) for t, c in zip(tasks, choices)
@@ -242,12 +244,26 @@ def test_time_all_times_every_kernel_beside_torch_and_the_call_decides(exported,
     distinct = {(t.workload, tuple((s.shape, s.dtype) for s in t.inputs)) for t, _ in both}
     timed = [c for _, c in both if c.call_s is not None]
     assert len(timed) == len(distinct) > 0
-    assert all(c.torch_call_s is not None and c.decided_by == "side by side" for c in timed)
     kept = next(c for c in choices if c.workload == KEEP[_name(path), True])
     assert kept.call_s is not None  # its record lost to torch's baseline: timed all the same
+    # the gradients of one aten call (a layer norm's, a convolution's) against torch's
+    # one call computing them all, decided together; every other kernel on its own
+    by_key = {op.key: c for op, c in zip(model_ops.ops, choices)}
+    joint = [(op, c) for op, c in zip(model_ops.ops, choices) if c.joint]
+    assert joint
+    for op, c in joint:
+        mates = [c] + [by_key[k] for k in op.siblings]
+        assert all(m.joint_torch_call_s == c.joint_torch_call_s for m in mates)
+        assert c.joint_call_s == pytest.approx(sum(m.call_s for m in mates), rel=1e-12)
+        assert c.torch_call_s is None
+        assert c.decided_by == "side by side, with the other outputs of its call"
+        assert c.chosen == ("autosched" if c.joint_call_s < c.joint_torch_call_s
+                            and not c.excluded else "torch")
     for c in timed:
-        assert c.chosen == ("autosched" if c.call_s < c.torch_call_s and not c.excluded
-                            else "torch")
+        if not c.joint:
+            assert c.torch_call_s is not None and c.decided_by == "side by side"
+            assert c.chosen == ("autosched" if c.call_s < c.torch_call_s and not c.excluded
+                                else "torch")
 
 
 def _name(path) -> str:
