@@ -120,7 +120,7 @@ class AutoschedBackend:
         torch_groups = {id(m.group) for m, chosen, _ in decided
                         if m.group is not None and chosen == "torch"}
         replaced = {}   # a replaced call's output node -> the node now computing its value
-        copies = {}     # an NCHW placeholder -> its channels_last copy, made once
+        copies = {}     # a value read NCHW -> its channels_last copy, made once
         for m, chosen, reason in decided:
             if chosen == "autosched" and m.group is not None and id(m.group) in torch_groups:
                 chosen, reason = "torch", SPLIT_CALL
@@ -143,19 +143,20 @@ class AutoschedBackend:
     def _replace(self, graph, m: OpMatch, entry, replaced: dict, copies: dict):
         """Compute `m`'s output with its kernel and return the node that does. An input
         that an earlier replaced call computed is read from that call's kernel (the
-        scan matched the node it replaced; reading that would compute it twice); an NCHW
-        placeholder an NHWC kernel takes is read from its channels_last copy in `copies`
-        (`_channels_last_copy`)."""
+        scan matched the node it replaced; reading that would compute it twice); any
+        other input an NHWC kernel takes whose graph value is not channels_last is read
+        from its channels_last copy in `copies` (`_channels_last_copy`)."""
         op = self.ops[entry.workload]
         perms = m.input_perms or (None,) * len(m.inputs)
         with graph.inserting_before(m.output):
             args = []
             for node, shape, perm in zip(m.inputs, m.input_shapes, perms):
                 have = permuted(node.meta["val"].shape, perm)
-                if perm is not None and node.op == "placeholder" and \
+                if node in replaced:   # the same value (new nodes have no meta)
+                    node = replaced[node]
+                elif perm is not None and \
                         not node.meta["val"].is_contiguous(memory_format=CHANNELS_LAST):
                     node = _channels_last_copy(graph, node, copies)
-                node = replaced.get(node, node)   # the same value (new nodes have no meta)
                 if perm is not None:  # a view: zero-copy where it is channels_last
                     node = graph.call_function(aten.permute.default, (node, list(perm)))
                 if have != tuple(shape):
@@ -171,17 +172,25 @@ class AutoschedBackend:
         return out
 
 
-def _channels_last_copy(graph, placeholder, copies: dict):
-    """The channels_last copy of an NCHW `placeholder` (the model's input, a weight),
-    made once per graph, before its first computation: inductor fuses the copy with its
-    other work. Only placeholders: their strides are their values'; an intermediate
-    value's are eager's, and inductor may have laid it out channels_last already."""
-    if placeholder not in copies:
-        first = next(n for n in graph.nodes if n.op != "placeholder")
-        with graph.inserting_before(first):
-            copies[placeholder] = graph.call_function(
-                aten.clone.default, (placeholder,), {"memory_format": CHANNELS_LAST})
-    return copies[placeholder]
+def _channels_last_copy(graph, node, copies: dict):
+    """The channels_last copy of `node`, a value an NHWC kernel reads that the graph
+    says is NCHW, made once per graph: for a placeholder (the model's input, a weight)
+    before the graph's first computation, for a computed value right after it. Inductor
+    fuses the copy with its other work (a pointwise producer writes channels_last at
+    once). A computed value's graph strides are eager's: inductor may have laid it out
+    channels_last already (the output of a convolution left to torch), and without the
+    copy the kernel's exact-stride input would make inductor copy it to NCHW, and the op
+    copy it back."""
+    if node not in copies:
+        if node.op == "placeholder":
+            where = graph.inserting_before(next(n for n in graph.nodes
+                                                if n.op != "placeholder"))
+        else:
+            where = graph.inserting_after(node)
+        with where:
+            copies[node] = graph.call_function(
+                aten.clone.default, (node,), {"memory_format": CHANNELS_LAST})
+    return copies[node]
 
 
 def _model_library(library):

@@ -59,3 +59,39 @@ def test_inductor_backend_trains_an_nchw_block_on_nhwc_kernels_copying_no_activa
     assert not [e for e in prof.events() if e.name == "aten::clone"]
     with torch.no_grad():
         close_to_eager(compiled(x), eager_model(x), "output", "float32")
+
+
+def test_a_kernel_after_a_convolution_left_to_torch_reads_it_in_the_kernels_layout(
+        tmp_path):
+    """The first convolution (with its ReLU) stays torch's: inductor computes it
+    channels_last, though the graph's strides say NCHW. The next convolution's NHWC
+    kernel reads that value through a channels_last copy in the graph (which inductor
+    fuses with the ReLU), so it reaches the kernel dense in the kernel's layout and the
+    op copies nothing; the step equals eager's."""
+    from autosched.model.choice import OpChoice, read_choices, write_choices
+
+    library = block_library(tmp_path / "lib", "float32")
+    kept = "aten_conv2d_nhwc_bias_relu"
+    write_choices(str(library), "block.py", True, [
+        OpChoice.from_json(dict(c.to_json(), excluded="left to torch by the test"))
+        if c.workload == kept else c for c in read_choices(library)])
+    eager_model, x = model_and_input("float32", channels_last=False)
+    eager_loss, eager_grads = train_step(eager_model, eager_model, x)
+    model, _ = model_and_input("float32", channels_last=False)
+    torch._dynamo.reset()
+    backend = recording_backend(library, "inductor")
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    train_step(compiled, model, x)    # compiles
+    with torch.profiler.profile(record_shapes=True) as prof:
+        loss, grads = train_step(compiled, model, x)
+    close_to_eager(loss, eager_loss, "loss", "float32")
+    for name, g in eager_grads.items():
+        close_to_eager(grads[name], g, f"gradient of {name}", "float32")
+    ran = [d.workload for d in backend.decisions if d.chosen == "autosched"]
+    assert kept not in ran and "aten_conv2d_nhwc" in ran
+    assert [n for n in backend.graphs["forward"].graph.nodes
+            if n.target == torch.ops.aten.convolution.default]   # conv1: torch's
+    calls = [e for e in prof.events() if e.name.startswith("autosched::")]
+    copied = [(e.name, tuple(shape)) for e in calls for shape, strides in
+              zip(e.input_shapes, e.structured_input_strides) if not _dense(shape, strides)]
+    assert copied == []
