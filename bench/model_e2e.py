@@ -259,6 +259,12 @@ def summary(name: str, mode: str, result: dict) -> None:
         else:
             parts.append(f"{k} {v.get('not_available') or v.get('error')}")
     print(f"{name} {mode}: " + "; ".join(parts), flush=True)
+    ours = result.get("autosched", {}).get("median_s")
+    for peer in ("inductor", "autosched-no-kernels"):
+        theirs = result.get(peer, {}).get("median_s")
+        if ours and theirs:
+            print(f"{name} {mode}: autosched at {ours / theirs:.3f}x {peer}'s step time",
+                  flush=True)
 
 
 if __name__ == "__main__":

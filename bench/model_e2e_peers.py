@@ -1,6 +1,7 @@
 """The peers of bench/model_e2e.py and how they are timed: torch eager, inductor,
-inductor max-autotune and autosched's backend, on CUDA each also with CUDA graphs; and
-the bucketed capture against recompiling per shape.
+inductor max-autotune and autosched's backend (also over no kernel: what the kernels
+alone change), on CUDA each also with CUDA graphs; and the bucketed capture against
+recompiling per shape.
 
 A peer that cannot be built or run here (a keyword the installed autosched refuses, a
 compile that fails) is one row saying so; the others are still measured. Timing: rounds
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import statistics
+import tempfile
 import time
 
 import torch
@@ -27,8 +29,13 @@ PEERS = {
     "max-autotune+cudagraphs": ("max-autotune", True),
     "autosched": (None, False),
     "autosched+cudagraphs": (None, True),
+    # the autosched backend over no kernel: its graphs (dynamo, AOTAutograd, the min-cut
+    # split, inductor) with every operator left to torch; autosched against it is what
+    # the kernels alone change
+    "autosched-no-kernels": (None, False),
+    "autosched-no-kernels+cudagraphs": (None, True),
 }
-BASE_PEERS = ("eager", "inductor", "max-autotune", "autosched")
+BASE_PEERS = ("eager", "inductor", "max-autotune", "autosched", "autosched-no-kernels")
 
 
 def peer_names(base: list[str], device: str) -> list[str]:
@@ -63,6 +70,8 @@ def build(name: str, base, library, make_backend=None) -> tuple[object, object]:
     mode, graphs = PEERS[name]
     if name == "eager":
         return base, None
+    if name.startswith("autosched-no-kernels"):
+        library = tempfile.mkdtemp(prefix="autosched-no-kernels-")   # holds no kernel
     if name.startswith("autosched"):
         if library is None:
             raise RuntimeError("no library: tune-model / export-model did not finish")
