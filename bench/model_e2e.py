@@ -98,19 +98,17 @@ def step_check(library: Path) -> dict | None:
     return json.loads((library / "model_ops.json").read_text()).get("step_check")
 
 
-def op_table(name: str, mode: str, ops: list[dict]) -> str:
-    """The per-operator decisions: op, shape, count, torch ms, autosched ms, chosen."""
-    from autosched.model.choice import OpChoice
-
+def op_table(name: str, mode: str, choices: list) -> str:
+    """The per-operator decisions (`read_choices`): op, shape, count, torch ms,
+    autosched ms, chosen."""
     def ms(s):
         return "-" if s is None else f"{s * 1e3:.4f}"
     lines = [f"{name} {mode}: op | shape | count | torch ms | autosched ms | chosen "
              "((call): all outputs of the aten call, torch's one call)"]
-    for o in ops:
-        c = OpChoice.from_json(o)
-        shape = ",".join(f"{k}={v}" for k, v in o["params"].items())
-        lines.append(f"  {o['workload']} | {shape} | {o['count']} | {ms(c.torch_cost_s)} | "
-                     f"{ms(c.kernel_cost_s)} | {o['chosen']}{' (call)' if c.joint else ''}")
+    for c in choices:
+        shape = ",".join(f"{k}={v}" for k, v in c.params.items())
+        lines.append(f"  {c.workload} | {shape} | {c.count} | {ms(c.torch_cost_s)} | "
+                     f"{ms(c.kernel_cost_s)} | {c.chosen}{' (call)' if c.joint else ''}")
     return "\n".join(lines)
 
 
@@ -222,9 +220,10 @@ def main(argv=None) -> int:
                 if lib is None:
                     r["library_error"] = why
                 else:
-                    r["ops"] = [c.to_json() for c in read_choices(lib)]
+                    choices = read_choices(lib)
+                    r["ops"] = [c.to_json() for c in choices]
                     r["step_check"] = step_check(lib)
-                    print(op_table(name, mode, r["ops"]), flush=True)
+                    print(op_table(name, mode, choices), flush=True)
                 write()
                 spec = load_model_file(str(path))
                 model, inputs = to_device(spec, args.device)
