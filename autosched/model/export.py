@@ -27,8 +27,9 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     alternating on the same inputs; it stays in the library only if it beats torch
     there too. The kernels of all outputs of one aten call (a convolution's or a layer
     norm's input, weight and bias gradients) are timed beside torch's one call computing
-    them, and stay only together, where their calls sum to less (joint_calls.py). (Torch's baseline and the kernel's record were timed at different
-    moments; on a machine whose speed drifts only the side-by-side pair is fair.)
+    them, and stay only together, where their calls sum to less (joint_calls.py).
+    (Torch's baseline and the kernel's record were timed at different moments; on a
+    machine whose speed drifts only the side-by-side pair is fair.)
     `side_by_side=False` compares the call with torch's baseline record instead.
     `time_all` times every task's kernel so, not only those whose record beats torch's,
     and the call decides for each (a kernel whose record lost can win as called); a

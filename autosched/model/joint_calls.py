@@ -41,9 +41,10 @@ def joint_operator(workloads) -> str | None:
 def sibling_groups(model_ops) -> list[tuple[int, ...]]:
     """The indices into `model_ops.ops` of each set of tasks whose outputs one aten call
     computes together (tasks joined through `ModelOp.siblings`, first-seen order), where
-    torch computes them in one call (`joint_operator`). A set that two calls of different
-    shapes share a task of (two biased convolutions with the same output shape) has
-    repeated outputs and is not one call: it is left out."""
+    torch computes them in one call (`joint_operator`). Where two calls of different
+    shapes share a task (the bias gradient of two biased convolutions with the same
+    output shape), the joined set repeats an output and is no one call: it is left out
+    (its kernels are timed one by one)."""
     index = {op.key: i for i, op in enumerate(model_ops.ops)}
     seen, out = set(), []
     for i, op in enumerate(model_ops.ops):
