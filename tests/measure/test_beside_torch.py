@@ -66,7 +66,12 @@ def test_calls_alternate_with_torchs_operator_on_the_openmp_pool(built, matmul_t
     (reply,) = _run([_beside_request(built, "vectorized", matmul_task)], child_env)
     assert reply["ok"], reply
     assert len(reply["latencies"]) == 4 and len(reply["beside_latencies"]) == 4
-    assert all(0 < t < 0.01 for t in reply["latencies"] + reply["beside_latencies"])
+    # measured times: a 32x32 matmul takes microseconds; one repeat of a couple of
+    # milliseconds can still hold a whole time slice where a busy machine (CI's other
+    # test worker) deschedules one of the two OpenMP threads, so only the fastest
+    # repeat of each side is held to that
+    for side in (reply["latencies"], reply["beside_latencies"]):
+        assert all(0 < t < 1.0 for t in side) and min(side) < 0.01, side
     # one parallel loop a call, every call on the OpenMP launcher: torch's operator once
     # before any candidate code, the checked call into poisoned outputs, then one kernel
     # call after each of torch's calls (2 warm-up, then 4 repeats' worth)
