@@ -189,6 +189,8 @@ def _build_and_time(model_ops, tasks, choices, records, target, out_dir,
     {task key: the OpChoice fields timed}, medians. The kernels of all outputs of one
     aten call (joint_calls.py) are timed beside torch's one call computing them
     (`joint_call_s`, `joint_torch_call_s`), each kernel's own call in `call_s`."""
+    from functools import partial
+
     from ..torch import load_library
     from .baseline import random_inputs, twin_call
     from .joint_calls import joint_call, sibling_groups
@@ -207,7 +209,7 @@ def _build_and_time(model_ops, tasks, choices, records, target, out_dir,
         members = [(tasks[i], inputs_of(tasks[i])) for i in group]
         peer = joint_call([(t.workload, dict(model_ops.ops[i].params), ins)
                            for i, (t, ins) in zip(group, members)])
-        times = _time(target, [_bound(library.graph_op(t.workload), ins)
+        times = _time(target, [partial(library.graph_op(t.workload), *ins)
                                for t, ins in members] + [peer])
         calls = [statistics.median(x) for x in times]
         for (t, _), call in zip(members, calls):
@@ -218,15 +220,11 @@ def _build_and_time(model_ops, tasks, choices, records, target, out_dir,
             inputs = inputs_of(t)
             funcs = [library.graph_op(t.workload)] + \
                 ([twin_call(op.workload, dict(op.params))] if side_by_side else [])
-            times = _time(target, [_bound(f, inputs) for f in funcs])
+            times = _time(target, [partial(f, *inputs) for f in funcs])
             out[t.key] = {"call_s": statistics.median(times[0]),
                           "torch_call_s": statistics.median(times[1]) if side_by_side
                           else None}
     return out
-
-
-def _bound(func, inputs):
-    return lambda: func(*inputs)
 
 
 def _time(target, calls) -> list[list[float]]:
