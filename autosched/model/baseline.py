@@ -59,7 +59,7 @@ def baseline_key(task) -> str:
 
 
 def _candidate(task, threads: int, device: str = "cpu",
-               torch_version: str | None = None) -> dict:
+               torch_version: str | None = None, outputs=()) -> dict:
     if torch_version is None:
         import torch
 
@@ -68,7 +68,18 @@ def _candidate(task, threads: int, device: str = "cpu",
            "threads": int(threads), "function": task.workload}
     if device != "cpu":
         out["device"] = device
+    if outputs:
+        out["outputs"] = list(outputs)
     return out
+
+
+def joint_outputs(tasks) -> tuple:
+    """Where torch's one call computing the outputs of `tasks` (joint_calls.py) keeps its
+    baseline: (the task of the first of their keys, sorted, under whose pseudo-task it is
+    stored; the sorted keys, its candidate's `outputs`), the same whichever model or
+    order named the call."""
+    keys = sorted(t.key for t in tasks)
+    return next(t for t in tasks if t.key == keys[0]), tuple(keys)
 
 
 def device_of(target) -> str:
@@ -89,13 +100,15 @@ def register(db, task) -> None:
 
 def record_baseline(db, task, target, versions: dict, latencies, threads: int,
                     settings: dict | None = None, torch_version: str | None = None,
-                    origin: dict | None = None) -> int | None:
+                    origin: dict | None = None, outputs=()) -> int | None:
     """Store torch's latencies (seconds, one per repeat) for `task`; returns the id.
     `torch_version` and `origin` (host, user, time) name where they were measured when
-    that is not this process (a bundle's result)."""
+    that is not this process (a bundle's result). With `outputs` (`joint_outputs`) they
+    are those of torch's one call computing the outputs of those tasks."""
     register(db, task)
     device = device_of(target)
-    candidate = _candidate(task, 0 if device == "cuda" else threads, device, torch_version)
+    candidate = _candidate(task, 0 if device == "cuda" else threads, device, torch_version,
+                           outputs)
     record = Record(task_key=baseline_key(task), workload=PREFIX + task.workload,
                     args=dict(task.args), target_key=target.key,
                     hardware=dict(target.fingerprint), hardware_key=target.hardware_key,
@@ -106,11 +119,14 @@ def record_baseline(db, task, target, versions: dict, latencies, threads: int,
     return db.add_records([record])[0]
 
 
-def lookup(db, task, target, versions: dict, threads: int) -> Baseline | None:
+def lookup(db, task, target, versions: dict, threads: int,
+           outputs=()) -> Baseline | None:
     """The newest baseline of `task` measured here with this torch and thread count
-    (on a CUDA target: the newest of this GPU, whatever torch measured it)."""
+    (on a CUDA target: the newest of this GPU, whatever torch measured it); with
+    `outputs` (`joint_outputs`), that of torch's one call computing those outputs."""
     device = device_of(target)
     want = _candidate(task, threads, device, "" if device == "cuda" else None)
+    want["outputs"] = list(outputs) if outputs else None
     if device == "cuda":  # measured where the model runs, by that machine's torch
         want = {k: v for k, v in want.items() if k not in ("torch", "threads")}
     found = None
@@ -213,6 +229,15 @@ def twin_call(workload: str, params: dict):
     return lambda *tensors: twin.torch_call(tensors, params)
 
 
+def joint_twin(members, device: str):
+    """torch's one call computing the outputs of `members`, [(workload, params, input
+    specs as (shape, dtype name) pairs)], on seeded tensors on `device`
+    (`joint_calls.joint_call`), as a callable without arguments."""
+    from .joint_calls import joint_call
+
+    return joint_call([(w, dict(p), random_inputs(specs, device)) for w, p, specs in members])
+
+
 def time_torch_cuda(funcs, inputs, settings) -> list[list[float]]:
     """`time_side_by_side` on the GPU: each callable (torch calls, or our torch ops, which
     launch on torch's current stream) run on CUDA tensors with the kernels' harness
@@ -291,11 +316,18 @@ def time_jobs(jobs: list[dict], settings) -> dict:
         return {"torch": _torch_version(), "error": why}
     import torch
 
+    def specs(inputs):
+        return [(s["shape"], s["dtype"]) for s in inputs]
+
     results = {}
     for job in jobs:
         try:
-            inputs = random_inputs([(s["shape"], s["dtype"]) for s in job["inputs"]], "cuda")
-            call = twin_call(job["workload"], dict(job["params"]))
+            if "members" in job:  # torch's one call computing several outputs
+                call, inputs = joint_twin([(m["workload"], m["params"], specs(m["inputs"]))
+                                           for m in job["members"]], "cuda"), []
+            else:
+                call = twin_call(job["workload"], dict(job["params"]))
+                inputs = random_inputs(specs(job["inputs"]), "cuda")
             results[job["id"]] = {"latencies": time_torch_cuda([call], inputs, settings)[0]}
         except Exception as e:  # this job's failure; the others are still timed
             text = str(e).strip().splitlines()

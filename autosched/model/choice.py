@@ -53,34 +53,40 @@ class OpChoice:
     # why torch runs although the kernel is faster (say, another task of the workload
     # takes the same input shapes, and one op cannot dispatch between them)
     excluded: str = ""
-    # where one aten call computes this output with others (joint_calls.py): the kernels
-    # of all its outputs called one after the other (the sum of their calls), and torch's
-    # one call computing them, timed beside; the same on every task of the call, which
-    # is then chosen as a whole. None where no such group was timed
+    # where one aten call computes this output with others (joint_calls.py), the pair
+    # that decides for the whole call, the same on every task of it: torch's one call
+    # computing all its outputs and the kernels of them all one after the other, as
+    # recorded (the call's baseline record, the sum of the kernels' records; before
+    # export) and as called at export (the sum of the kernels' calls, and torch's one
+    # call timed beside them, or None where the records mode compares the calls with
+    # the call's record). None where unknown
     joint_call_s: float | None = None
     joint_torch_call_s: float | None = None
+    joint_kernel_s: float | None = None
+    joint_torch_s: float | None = None
 
     @property
     def joint(self) -> bool:
         """Whether the choice compares the kernels of all outputs of its aten call with
         torch's one call computing them."""
-        return self.joint_call_s is not None and self.joint_torch_call_s is not None
+        return self.joint_torch_s is not None and self.joint_kernel_s is not None \
+            or self.joint_torch_call_s is not None and self.joint_call_s is not None
 
     @property
     def kernel_cost_s(self) -> float | None:
         """What running the kernel in the model costs, as well as it is known (for a
         joint choice: the kernels of all outputs of its call)."""
         if self.joint:
-            return self.joint_call_s
-        return self.call_s if self.call_s is not None else self.kernel_s
+            return _known(self.joint_call_s, self.joint_kernel_s)
+        return _known(self.call_s, self.kernel_s)
 
     @property
     def torch_cost_s(self) -> float | None:
         """torch's time to compare the kernel's with: timed beside its call when known
         (for a joint choice: torch's one call computing all those outputs)."""
         if self.joint:
-            return self.joint_torch_call_s
-        return self.torch_call_s if self.torch_call_s is not None else self.torch_s
+            return _known(self.joint_torch_call_s, self.joint_torch_s)
+        return _known(self.torch_call_s, self.torch_s)
 
     @property
     def chosen(self) -> str:
@@ -98,11 +104,12 @@ class OpChoice:
             return self.excluded
         speedup = self.torch_cost_s / self.kernel_cost_s if self.kernel_cost_s else math.inf
         if self.joint:
+            how = self.decided_by.split(",")[0]
             if self.chosen == "autosched":
                 return (f"kernels of all outputs of the call faster ({speedup:.2f}x "
-                        f"torch's one call side by side)")
-            return (f"torch's one call of all outputs timed faster (kernels at "
-                    f"{speedup:.2f}x side by side)")
+                        f"torch's one call, {how})")
+            return (f"torch's one call of all outputs faster (kernels at "
+                    f"{speedup:.2f}x, {how})")
         how = " side by side" if self.torch_call_s is not None else ""
         if self.chosen == "autosched":
             return f"kernel faster ({speedup:.2f}x torch{how})"
@@ -114,10 +121,9 @@ class OpChoice:
         call against torch's baseline record, or the two records alone (export on a
         host that cannot run the kernels, or before export)."""
         if self.joint:
-            return "side by side, with the other outputs of its call"
-        if self.torch_call_s is not None:
-            return "side by side"
-        return "call against baseline record" if self.call_s is not None else "records"
+            return _how(self.joint_call_s, self.joint_torch_call_s) \
+                + ", with the other outputs of its call"
+        return _how(self.call_s, self.torch_call_s)
 
     @property
     def shape(self) -> str:
@@ -131,6 +137,7 @@ class OpChoice:
                 "torch_call_s": self.torch_call_s, "excluded": self.excluded,
                 "joint_call_s": self.joint_call_s,
                 "joint_torch_call_s": self.joint_torch_call_s,
+                "joint_kernel_s": self.joint_kernel_s, "joint_torch_s": self.joint_torch_s,
                 "chosen": self.chosen, "reason": self.reason, "decided_by": self.decided_by}
 
     @staticmethod
@@ -139,12 +146,26 @@ class OpChoice:
                         d["task_key"], d.get("torch_s"), d.get("kernel_s"),
                         d.get("baseline_record_id"), d.get("kernel_record_id"),
                         d.get("call_s"), d.get("torch_call_s"), d.get("excluded", ""),
-                        d.get("joint_call_s"), d.get("joint_torch_call_s"))
+                        d.get("joint_call_s"), d.get("joint_torch_call_s"),
+                        d.get("joint_kernel_s"), d.get("joint_torch_s"))
+
+
+def _known(timed, recorded):
+    return timed if timed is not None else recorded
+
+
+def _how(call_s, torch_call_s) -> str:
+    if torch_call_s is not None:
+        return "side by side"
+    return "call against baseline record" if call_s is not None else "records"
 
 
 def op_choices(model_ops, tasks, db, target, versions, threads: int) -> list[OpChoice]:
-    """The decision for every task of `model_ops` from what `db` holds."""
-    from .baseline import lookup
+    """The decision for every task of `model_ops` from what `db` holds; the tasks of one
+    aten call (joint_calls.py) by their kernels' records summed against the baseline of
+    torch's one call, where every one has a kernel and that baseline exists."""
+    from .baseline import joint_outputs, lookup
+    from .joint_calls import sibling_groups
 
     out = []
     for op, task in zip(model_ops.ops, tasks):
@@ -153,25 +174,36 @@ def op_choices(model_ops, tasks, db, target, versions, threads: int) -> list[OpC
         out.append(OpChoice(op.workload, dict(op.params), op.count, dict(op.ops), task.key,
                             base.latency_s if base else None, best.latency if best else None,
                             base.record_id if base else None, best.id if best else None))
+    for group in sibling_groups(model_ops):
+        first, outputs = joint_outputs([tasks[i] for i in group])
+        base = lookup(db, first, target, versions, threads, outputs)
+        if base is None or any(out[i].kernel_s is None for i in group):
+            continue
+        kernels = sum(out[i].kernel_s for i in group)
+        for i in group:
+            out[i] = replace(out[i], joint_kernel_s=kernels, joint_torch_s=base.latency_s)
     return out
 
 
 def choices_table(choices: list[OpChoice]) -> str:
     """op, shape, count, torch ms, autosched ms (records), the kernel as called and
-    torch beside it (export; for a joint choice the kernels of all outputs of the aten
-    call and torch's one call, marked "(call)"), chosen — one row per task."""
+    torch beside it (export), chosen — one row per task. A joint choice shows, where
+    known, the kernels of all outputs of its aten call and torch's one call, marked
+    "(call)"."""
     from ..tables import format_table
 
     def ms(s):
         return "-" if s is None else f"{s * 1e3:.4f}"
 
-    def called(c):  # a joint choice: all outputs of the aten call, both sides
-        if c.joint:
-            return f"{ms(c.joint_call_s)} (call)", f"{ms(c.joint_torch_call_s)} (call)"
-        return ms(c.call_s), ms(c.torch_call_s)
+    def times(c):  # records, then as called; a joint pair: all outputs of the aten call
+        def pair(joint, single):
+            return f"{ms(joint)} (call)" if c.joint and joint is not None else ms(single)
+
+        return (pair(c.joint_torch_s, c.torch_s), pair(c.joint_kernel_s, c.kernel_s),
+                pair(c.joint_call_s, c.call_s), pair(c.joint_torch_call_s, c.torch_call_s))
 
     rows = [(",".join(c.ops), c.workload.removeprefix("aten_"), c.shape, str(c.count),
-             ms(c.torch_s), ms(c.kernel_s), *called(c), c.chosen) for c in choices]
+             *times(c), c.chosen) for c in choices]
     return format_table(("op", "workload", "shape", "count", "torch ms", "autosched ms",
                          "as called ms", "torch beside ms", "chosen"), rows, right=5)
 
@@ -246,7 +278,7 @@ def exclude_ambiguous(tasks, choices) -> list:
         key = dispatch_key(t)
 
         def saving(j):
-            return choices[j].count * (choices[j].torch_s - choices[j].kernel_cost_s)
+            return choices[j].count * (choices[j].torch_cost_s - choices[j].kernel_cost_s)
 
         if key not in best or saving(i) > saving(best[key]):
             best[key] = i

@@ -174,6 +174,8 @@ def _write(tasks, choices, records, target, out_dir) -> list:
               "call_latency_s": c.call_s, "torch_call_latency_s": c.torch_call_s,
               "joint_call_latency_s": c.joint_call_s,
               "joint_torch_call_latency_s": c.joint_torch_call_s,
+              "joint_kernel_latency_s": c.joint_kernel_s,
+              "joint_torch_latency_s": c.joint_torch_s,
               "count": c.count, "ops": dict(c.ops)}
              for _, c in picked]
     write_library([t for t, _ in picked],
@@ -188,7 +190,8 @@ def _build_and_time(model_ops, tasks, choices, records, target, out_dir,
     torch's operator (calls alternating; or alone without `side_by_side`); returns
     {task key: the OpChoice fields timed}, medians. The kernels of all outputs of one
     aten call (joint_calls.py) are timed beside torch's one call computing them
-    (`joint_call_s`, `joint_torch_call_s`), each kernel's own call in `call_s`."""
+    (`joint_call_s`, `joint_torch_call_s`; without `side_by_side` their sum is compared
+    with the call's baseline record), each kernel's own call in `call_s`."""
     from functools import partial
 
     from ..torch import load_library
@@ -203,18 +206,21 @@ def _build_and_time(model_ops, tasks, choices, records, target, out_dir,
         return random_inputs([(s.shape, s.dtype) for s in t.inputs], device)
 
     out = {}
-    groups = [g for g in sibling_groups(model_ops)
-              if all(tasks[i].key in built for i in g)] if side_by_side else []
+    # without `side_by_side` a call's kernels are timed together only where the records
+    # hold torch's one call to compare their sum with
+    groups = [g for g in sibling_groups(model_ops) if all(tasks[i].key in built for i in g)
+              and (side_by_side or choices[g[0]].joint_torch_s is not None)]
     for group in groups:
         members = [(tasks[i], inputs_of(tasks[i])) for i in group]
-        peer = joint_call([(t.workload, dict(model_ops.ops[i].params), ins)
-                           for i, (t, ins) in zip(group, members)])
+        peer = [joint_call([(t.workload, dict(model_ops.ops[i].params), ins)
+                            for i, (t, ins) in zip(group, members)])] if side_by_side else []
         times = _time(target, [partial(library.graph_op(t.workload), *ins)
-                               for t, ins in members] + [peer])
+                               for t, ins in members] + peer)
         calls = [statistics.median(x) for x in times]
         for (t, _), call in zip(members, calls):
             out[t.key] = {"call_s": call, "torch_call_s": None,
-                          "joint_call_s": sum(calls[:-1]), "joint_torch_call_s": calls[-1]}
+                          "joint_call_s": sum(calls[:len(members)]),
+                          "joint_torch_call_s": calls[-1] if side_by_side else None}
     for op, t in zip(model_ops.ops, tasks):
         if t.key in built and t.key not in out:
             inputs = inputs_of(t)
@@ -223,7 +229,9 @@ def _build_and_time(model_ops, tasks, choices, records, target, out_dir,
             times = _time(target, [partial(f, *inputs) for f in funcs])
             out[t.key] = {"call_s": statistics.median(times[0]),
                           "torch_call_s": statistics.median(times[1]) if side_by_side
-                          else None}
+                          else None,  # timed alone: no pair of its call decides
+                          "joint_call_s": None, "joint_torch_call_s": None,
+                          "joint_kernel_s": None, "joint_torch_s": None}
     return out
 
 

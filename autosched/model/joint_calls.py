@@ -111,3 +111,11 @@ def _layer_norm(parts, mask) -> Callable:
     gamma = parts[0][1][4] if 0 in parts else torch.ones(x.shape[-1], **like)
     beta = torch.zeros(x.shape[-1], **like) if mask[2] else None
     return lambda: layer_norm_backward(dy, x, mean, rstd, gamma, mask, beta)
+
+
+def member_specs(model_ops, tasks, group) -> list:
+    """(workload, params, input specs as (shape, dtype name) pairs) of each task of a
+    sibling group (`sibling_groups`): what torch's one call for it is made of, wherever
+    it is timed (`baseline.joint_twin`)."""
+    return [(model_ops.ops[i].workload, dict(model_ops.ops[i].params),
+             [(tuple(s.shape), s.dtype) for s in tasks[i].inputs]) for i in group]

@@ -44,23 +44,35 @@ def check_cuda_baselines(target, runner: str) -> None:
 
 
 def measure_baselines(model_ops, tasks, db, target, versions, settings) -> int:
-    """Time torch on every task that has no baseline here yet (on the GPU for a CUDA
-    target, `baseline.time_torch_cuda`); returns how many."""
-    from .baseline import (baseline_threads, lookup, random_inputs, record_baseline,
-                           time_torch, time_torch_cuda, twin_call)
+    """Time torch on every task that has no baseline here yet, and its one call on every
+    set of tasks that one aten call computes (joint_calls.py: their kernels are chosen
+    against it, together), on the GPU for a CUDA target (`baseline.time_torch_cuda`);
+    returns how many were timed."""
+    from .baseline import (baseline_threads, joint_outputs, joint_twin, lookup,
+                           random_inputs, record_baseline, time_torch, time_torch_cuda,
+                           twin_call)
+    from .joint_calls import member_specs, sibling_groups
 
-    gpu = target.kind == "cuda"
+    device = "cuda" if target.kind == "cuda" else "cpu"
     threads, measured = baseline_threads(target), 0
-    for op, task in zip(model_ops.ops, tasks):
-        if lookup(db, task, target, versions, threads) is not None:
-            continue
-        inputs = random_inputs([(s.shape, s.dtype) for s in task.inputs],
-                               "cuda" if gpu else "cpu")
-        call = twin_call(op.workload, dict(op.params))
-        latencies = (time_torch_cuda([call], inputs, settings)[0] if gpu
+
+    def record(task, call, inputs, outputs=()):
+        latencies = (time_torch_cuda([call], inputs, settings)[0] if device == "cuda"
                      else time_torch(call, inputs, settings, threads))
-        record_baseline(db, task, target, versions, latencies, threads, settings.to_json())
-        measured += 1
+        record_baseline(db, task, target, versions, latencies, threads, settings.to_json(),
+                        outputs=outputs)
+
+    for op, task in zip(model_ops.ops, tasks):
+        if lookup(db, task, target, versions, threads) is None:
+            record(task, twin_call(op.workload, dict(op.params)),
+                   random_inputs([(s.shape, s.dtype) for s in task.inputs], device))
+            measured += 1
+    for group in sibling_groups(model_ops):
+        first, outputs = joint_outputs([tasks[i] for i in group])
+        if lookup(db, first, target, versions, threads, outputs) is None:
+            record(first, joint_twin(member_specs(model_ops, tasks, group), device), [],
+                   outputs)
+            measured += 1
     return measured
 
 
@@ -108,32 +120,23 @@ def as_called(config, target):
 
 def _tune_with_bundle(model_ops, tasks, target, versions, config, callbacks):
     """Tune through a bundle: import the baselines its GPU machine timed, put a baseline
-    job for every task still without one into the round this run writes, tune."""
+    job for every task (and every aten call of several tasks) still without one into the
+    round this run writes, tune."""
     from ..db import open_database
     from ..measure.factory import make_measurer
     from ..tuner import tune_tasks
-    from ..results import MeasureResult
+    from .bundle_jobs import import_baselines, missing_jobs
     from .choice import recorded_choices
-    from .baseline import lookup, record_baseline
 
     measurer = make_measurer(config.measure, config.runner, config.work_dir)
     try:
         measurer.check_run(tasks, target, versions)  # another command's bundle: refused
         there = target.measured_on(measurer.hardware(target))
-        by_key = {t.key: t for t in tasks}
-        imported = 0  # the newest result of a task first: one baseline each
         with open_database(config.database_url) as db:
-            for r in sorted(measurer.runner.baseline_results(), key=lambda r: -r["round"]):
-                task, res = by_key.get(r["task_key"]), MeasureResult.from_json(r["result"])
-                if task is None or not res.ok or lookup(db, task, there, versions, 0):
-                    continue
-                record_baseline(db, task, there, versions, res.latencies, 0,
-                                r["settings"], r["runtime"].get("torch"),
-                                {"host": r["host"], "user": r["user"], "time": r["time"]})
-                imported += 1
-            missing = [(op, t) for op, t in zip(model_ops.ops, tasks)
-                       if lookup(db, t, there, versions, 0) is None]
-        measurer.runner.add_baseline_jobs([_baseline_job(op, t) for op, t in missing])
+            imported = import_baselines(db, measurer.runner.baseline_results(), tasks, there,
+                                        versions)
+            jobs = missing_jobs(db, model_ops, tasks, there, versions)
+        measurer.runner.add_baseline_jobs(jobs)
         result = tune_tasks(tasks, config, callbacks, measurer=measurer,
                             weights=[op.count for op in model_ops.ops])
     finally:
@@ -141,10 +144,3 @@ def _tune_with_bundle(model_ops, tasks, target, versions, config, callbacks):
     with open_database(config.database_url) as db:
         choices = recorded_choices(model_ops, tasks, db, result.target, versions)
     return ModelTuneResult(model_ops, result, choices, imported)
-
-
-def _baseline_job(op, task) -> dict:
-    """A bundle's baseline job for `task` (measure/bundle/baselines.py)."""
-    return {"task_key": task.key, "task": task.name, "workload": op.workload,
-            "params": dict(op.params),
-            "inputs": [{"shape": list(s.shape), "dtype": s.dtype} for s in task.inputs]}

@@ -4,6 +4,8 @@ groups are the sets of siblings that one call makes, and a joint choice is made 
 whole call."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -115,8 +117,23 @@ def test_a_joint_choice_is_made_for_the_whole_call():
 
     slower = choice(5e-4, 4e-4)   # each kernel beats torch's one-output call, not the pair
     assert slower.chosen == "torch" and slower.decided_by.startswith("side by side, with")
-    assert "torch's one call of all outputs timed faster (kernels at 0.80x" in slower.reason
+    assert "torch's one call of all outputs faster (kernels at 0.80x, side by side)" \
+        in slower.reason
     faster = choice(3e-4, 4e-4)
     assert faster.chosen == "autosched" and "(1.33x torch's one call" in faster.reason
-    for c in (slower, faster):
+    # before export: the sum of the kernels' records against the call's baseline record
+    # (whatever each kernel's own record and torch's single-output baseline say)
+    recorded = replace(faster, call_s=None, joint_call_s=None, joint_torch_call_s=None,
+                       joint_kernel_s=5e-4, joint_torch_s=4e-4)
+    assert recorded.chosen == "torch" and recorded.kernel_s < recorded.torch_s
+    assert recorded.decided_by == "records, with the other outputs of its call"
+    assert recorded.reason.endswith("(kernels at 0.80x, records)")
+    # `--decide-on records` at export: the kernels' calls against the call's record
+    called = replace(recorded, call_s=1e-4, joint_call_s=2e-4)
+    assert called.chosen == "autosched"
+    assert called.decided_by == "call against baseline record, with the other outputs of its call"
+    assert called.reason.endswith("(2.00x torch's one call, call against baseline record)")
+    # timed beside torch's one call at export: that pair decides, not the records
+    assert replace(slower, joint_kernel_s=1e-4, joint_torch_s=1.0).chosen == "torch"
+    for c in (slower, faster, recorded, called):
         assert OpChoice.from_json(c.to_json()) == c

@@ -23,13 +23,14 @@ TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
 def _force(db_url, path, train, keep_torch_for: str):
-    """Record newer torch baselines: 1 s (every kernel wins) for every task, except
-    1 ns (torch wins) for the first task of workload `keep_torch_for`; returns its key."""
+    """Record newer torch baselines: 1 s (every kernel wins) for every task and every
+    call of several of them (joint_calls.py), except 1 ns (torch wins) for the first
+    task of workload `keep_torch_for`; returns its key."""
     from autosched.db import open_database
-    from autosched.model.baseline import record_baseline
-    from autosched.model.extract import extract
-    from autosched.model.baseline import baseline_threads
-    from autosched.model.extract import model_tasks
+    from autosched.model.baseline import (baseline_threads, joint_outputs,
+                                          record_baseline)
+    from autosched.model.extract import extract, model_tasks
+    from autosched.model.joint_calls import sibling_groups
     from autosched.model.modelfile import load_model_file
     from autosched.target import resolve_target
     from autosched.versions import current_versions
@@ -45,6 +46,11 @@ def _force(db_url, path, train, keep_torch_for: str):
                 kept = op.key
             record_baseline(db, task, target, versions, [1.0 if slow else 1e-9],
                             baseline_threads(target))
+        tasks = model_tasks(found)
+        for group in sibling_groups(found):
+            first, outputs = joint_outputs([tasks[i] for i in group])
+            record_baseline(db, first, target, versions, [1.0], baseline_threads(target),
+                            outputs=outputs)
     return kept
 
 
@@ -66,6 +72,9 @@ def exported(request, tmp_path_factory):
     for training (whose tasks are nearly all of inference's too), exported both ways."""
     from conftest import run_cli
 
+    from autosched.model.extract import extract
+    from autosched.model.joint_calls import sibling_groups
+
     name = request.param
     work = tmp_path_factory.mktemp(name)
     path = write_model_file(work, name, **MODEL[name])
@@ -73,7 +82,10 @@ def exported(request, tmp_path_factory):
     done = run_cli("tune-model", str(path), "--train", "--trials", str(TRIALS[name]),
                    "--db", db, "--work-dir", str(work / "logs"), "--min-repeat-ms", "1")
     assert done.returncode == 0, done.stderr
-    assert "torch baselines measured:" in done.stdout
+    tuned = done.stdout
+    trained = extract(_load(path), True)   # each task's baseline, and each call's
+    assert f"torch baselines measured: {len(trained.ops) + len(sibling_groups(trained))} " \
+        in done.stdout
     libs = {}
     for train in (False, True):
         kept = _force(db, path, train, KEEP[name, train])
@@ -83,7 +95,7 @@ def exported(request, tmp_path_factory):
                        "--step-check", "off")
         assert done.returncode == 0, done.stderr
         libs[train] = (out, kept)
-    libs["db"] = db
+    libs["db"], libs["tune_out"] = db, tuned
     return name, path, libs
 
 
@@ -264,6 +276,36 @@ def test_time_all_times_every_kernel_beside_torch_and_the_call_decides(exported,
             assert c.torch_call_s is not None and c.decided_by == "side by side"
             assert c.chosen == ("autosched" if c.call_s < c.torch_call_s and not c.excluded
                                 else "torch")
+
+
+def test_the_records_decide_the_kernels_of_a_call_together(exported):
+    """tune-model timed torch's one call of every set of gradients as a record of its
+    own, and its table compares the call with the kernels' records summed; export
+    `--decide-on records` times the kernels together and compares their calls' sum with
+    that record (1 s here, `_force`), for every task of the call alike."""
+    from autosched.model.choice import read_choices
+    from autosched.model.extract import extract
+    from autosched.model.joint_calls import sibling_groups
+
+    _, path, libs = exported
+    model_ops = extract(_load(path), True)
+    choices = read_choices(libs[True][0])
+    checked = 0
+    for group in sibling_groups(model_ops):
+        members = [choices[i] for i in group]
+        if any(m.kernel_s is None for m in members):  # no kernel built: no pair
+            assert not any(m.joint for m in members)
+            continue
+        checked += 1
+        for m in members:
+            assert m.joint_torch_s == 1.0 and m.joint_torch_call_s is None
+            assert m.joint_kernel_s == pytest.approx(sum(x.kernel_s for x in members))
+            assert m.joint_call_s == pytest.approx(sum(x.call_s for x in members))
+            assert m.decided_by == \
+                "call against baseline record, with the other outputs of its call"
+            assert m.chosen == "autosched" or m.excluded
+    assert checked
+    assert "(call)" in libs["tune_out"]
 
 
 def _name(path) -> str:

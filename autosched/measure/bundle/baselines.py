@@ -7,6 +7,11 @@ record yet:
     {"id": "r1-b000", "task_key": KEY, "task": NAME, "workload": "aten_linear",
      "params": {...}, "inputs": [{"shape": [64, 32], "dtype": "float16"}, ...]}
 
+and one per aten call whose outputs several tasks compute (a convolution's input, weight
+and bias gradients): the same fields of its first task, the call's `outputs` (the tasks'
+keys) and its `members` ({"workload", "params", "inputs"} of each task); its result file
+carries the `outputs` too, and torch times its one call computing them all.
+
 The measuring side (`python -m autosched.measure.bundle DIR`) times torch's twin of the
 workload on CUDA tensors of those shapes and dtypes with the round's settings, in a
 child process that imports torch (`python -m autosched.model.baseline`; this side must
@@ -105,7 +110,8 @@ def _result_file(job: dict, manifest: dict, result: MeasureResult, hardware: dic
         user = "unknown"
     return {"id": job["id"], "kind": BASELINE, "round": manifest["round"],
             "task_key": job["task_key"], "task": job["task"], "workload": job["workload"],
-            "params": job["params"], "result": result.to_json(), "hardware": hardware,
+            "params": job["params"], **({"outputs": job["outputs"]} if "outputs" in job else {}),
+            "result": result.to_json(), "hardware": hardware,
             "host": socket.gethostname(), "user": user, "time": time.time(),
             "settings": manifest["settings"],
             "runtime": {"torch": torch_version, "python": platform.python_version()}}
