@@ -68,7 +68,8 @@ def joint_call(members) -> Callable:
     """A callable without arguments running torch's one call that computes the outputs
     of `members`, [(workload, params, kernel-ordered tensors)], on those tensors (the
     output gradient of the first member; a tensor no member takes, such as the weight of
-    a convolution whose input gradient is not wanted, is made of zeros)."""
+    a convolution whose input gradient is not wanted, holds no data: `workloads.unread`,
+    as torch.nn.grad passes it)."""
     operator = joint_operator([w for w, _, _ in members])
     if operator is None:
         raise ValueError(f"not the outputs of one operator call: "
@@ -81,20 +82,17 @@ def joint_call(members) -> Callable:
 
 
 def _conv2d(parts, mask, nhwc: bool) -> Callable:
-    import torch
-
     from .conv_layouts import TO_NCHW
-    from .workloads import conv2d_backward
+    from .workloads import conv2d_backward, unread
 
     # the input and weight gradients carry the convolution's parameters (the bias
     # gradient only its output's shape); one of them is in every joint set
     p, tensors = parts[0] if 0 in parts else parts[1]
     dy = tensors[0]
-    zeros = dict(dtype=dy.dtype, device=dy.device)
-    w = parts[0][1][1] if 0 in parts else torch.zeros(
-        (p["K"], p["R"], p["S"], p["C"]) if nhwc else (p["K"], p["C"], p["R"], p["S"]), **zeros)
-    x = parts[1][1][1] if 1 in parts else torch.zeros(
-        (p["N"], p["H"], p["W"], p["C"]) if nhwc else (p["N"], p["C"], p["H"], p["W"]), **zeros)
+    w = parts[0][1][1] if 0 in parts else unread(
+        dy, (p["K"], p["R"], p["S"], p["C"]) if nhwc else (p["K"], p["C"], p["R"], p["S"]))
+    x = parts[1][1][1] if 1 in parts else unread(
+        dy, (p["N"], p["H"], p["W"], p["C"]) if nhwc else (p["N"], p["C"], p["H"], p["W"]))
     if nhwc:  # memory-order tensors: torch gets their NCHW views (channels_last strides)
         dy, x, w = (t.permute(*TO_NCHW) for t in (dy, x, w))
     return lambda: conv2d_backward(dy, x, w, p["stride"], p["pad"], mask[2], mask)

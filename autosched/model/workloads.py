@@ -125,21 +125,32 @@ def _torch_gelu_backward(dy, x, approximate="none"):
 
 
 def _torch_conv2d_grad_input(dy, w, N=1, C=8, H=16, W=16, stride=1, pad=1):
-    import torch
-
-    return torch.nn.grad.conv2d_input((N, C, H, W), w, dy, stride, pad)
+    return conv2d_backward(dy, unread(dy, (N, C, H, W)), w, stride, pad, False,
+                           (True, False, False))[0]
 
 
 def _torch_conv2d_grad_weight(dy, x, R=3, S=3, stride=1, pad=1):
+    return conv2d_backward(dy, x, unread(dy, (dy.shape[1], x.shape[1], R, S)), stride, pad,
+                           False, (False, True, False))[1]
+
+
+def unread(like, shape):
+    """An uninitialised tensor of `shape` with `like`'s dtype, device and layout
+    (channels_last where `like` is): the argument of `conv2d_backward` that the outputs
+    its mask selects do not read, there only for its shape and layout, which decide the
+    path torch takes (as the model's own call, whose argument is a real tensor)."""
     import torch
 
-    return torch.nn.grad.conv2d_weight(x, (dy.shape[1], x.shape[1], R, S), dy, stride, pad)
+    nhwc = like.dim() == 4 and not like.is_contiguous() \
+        and like.is_contiguous(memory_format=torch.channels_last)
+    return torch.empty(tuple(shape), dtype=like.dtype, device=like.device,
+                       memory_format=torch.channels_last if nhwc else torch.contiguous_format)
 
 
 def conv2d_backward(dy, x, w, stride, pad, bias: bool, mask):
     """aten.convolution_backward of a plain 2-d convolution (NCHW shapes, any strides):
     the outputs (grad_input, grad_weight, grad_bias) that `mask` selects, in one call, as
-    a model's backward makes it."""
+    a model's backward makes it (an argument no selected output reads may be `unread`)."""
     import torch
 
     return torch.ops.aten.convolution_backward(
