@@ -62,16 +62,18 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def build(name: str, base, library, make_backend=None) -> tuple[object, object]:
+def build(name: str, base, library, make_backend=None,
+          empty_library: str | None = None) -> tuple[object, object]:
     """(the runnable, autosched's backend object or None) of one peer; raises what
     stops the peer (the row then says so). make_backend: what makes our backend of a
-    library (default autosched.model.backend)."""
+    library (default autosched.model.backend); empty_library: a folder holding no
+    kernel, the no-kernel peers' library."""
     make_backend = make_backend or autosched.model.backend
     mode, graphs = PEERS[name]
     if name == "eager":
         return base, None
     if name.startswith("autosched-no-kernels"):
-        library = tempfile.mkdtemp(prefix="autosched-no-kernels-")   # holds no kernel
+        library = empty_library
     if name.startswith("autosched"):
         if library is None:
             raise RuntimeError("no library: tune-model / export-model did not finish")
@@ -122,6 +124,13 @@ def measure(base, inputs, loss_fn, library, train: bool, names: list[str], round
     the time of its first call (compiling), and the times of `rounds` interleaved rounds
     with their median; or the reason it has no row. on_row(result) after each peer's
     first call (the caller writes what it has); make_backend as for build()."""
+    with tempfile.TemporaryDirectory(prefix="autosched-no-kernels-") as empty:
+        return _measure(base, inputs, loss_fn, library, train, names, rounds, calls, device,
+                        on_row, make_backend, empty)
+
+
+def _measure(base, inputs, loss_fn, library, train, names, rounds, calls, device, on_row,
+             make_backend, empty: str) -> dict:
     torch.compiler.reset()
     allow_recompiles()
     base = base.train(train)
@@ -131,7 +140,7 @@ def measure(base, inputs, loss_fn, library, train: bool, names: list[str], round
     for name in names:
         graphs = PEERS[name][1]
         try:
-            model, backend = build(name, base, library, make_backend)
+            model, backend = build(name, base, library, make_backend, empty)
             sync(device)
             start = time.perf_counter()
             out = step(model, inputs, loss_fn, train, graphs)

@@ -14,7 +14,8 @@ with no autograd layer of its own, for the forward and backward graphs that AOTA
 has already differentiated (the `torch.compile` backend puts it there). A custom op's
 Python autograd layer runs on every call, gradients wanted or not, and inside a model,
 right after torch's operators have pushed it out of the caches, it costs tens of
-microseconds a call: more than some kernels take.
+microseconds a call: more than some kernels take. On the CPU the overload's kernel is
+C++ (graph_call.py), so a compiled model's call does not enter Python at all.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from .dispatch import OpKernels
+from .graph_call import bind as bind_graph_call
 from .errors import LibraryError, MissingBackwardError
 from .manifest import GRAD_PREFIX, GradSpec
 
@@ -147,15 +149,19 @@ def _define(workload: str, schema: str) -> _Slot:
 
 
 def _define_graph_overload(slot: _Slot) -> None:
-    """`<workload>.graph`: the slot's kernels on every device, its fake implementation,
-    and no autograd kernel (see the module doc)."""
+    """`<workload>.graph`: the slot's kernels on every device (on the CPU through the
+    C++ kernel of graph_call.py where it is built), its fake implementation, and no
+    autograd kernel (see the module doc)."""
+    from .graph_call import register
+
     if not _GRAPH_LIBRARY:
         _GRAPH_LIBRARY.append(torch.library.Library(NAMESPACE, "FRAGMENT"))
     library = _GRAPH_LIBRARY[0]
     name = f"{slot.workload}.{GRAPH_OVERLOAD}"
     library.define(name + slot.schema)
-    for key in ("CPU", "CUDA"):
-        library.impl(name, slot.impl, key)
+    library.impl(name, slot.impl, "CUDA")
+    if not register(slot.workload):
+        library.impl(name, slot.impl, "CPU")
     torch.library.register_fake(f"{NAMESPACE}::{name}", slot.fake, lib=library)
 
 
@@ -177,6 +183,7 @@ def bind(kernels: OpKernels, plan: BackwardPlan):
         schema = op_schema(kernels.input_names, len(kernels.output_names))
         slot = _SLOTS[kernels.workload] = _define(kernels.workload, schema)
     slot.kernels, slot.plan = kernels, plan
+    bind_graph_call(kernels.workload, kernels.variants.values(), kernels.device_type)
     return getattr(getattr(torch.ops, NAMESPACE), kernels.workload)
 
 
