@@ -104,15 +104,34 @@ def _run_current(inputs):
 
 _CURRENT: list = [None]  # (candidate function, output shapes and dtypes)
 _OPS: list = []          # the timing op's torch.library.Library, defined once
+_NATIVE: dict = {}       # "kernel_<inputs>_<outputs>" -> its library, None without C++
 
 
-def kernel_call(func, outputs):
+def kernel_call(func, inputs, outputs):
     """The candidate called as a compiled model calls our kernels: through torch's
-    dispatcher into a Python implementation that allocates the outputs with torch (what
-    `torch.ops.autosched.<workload>.graph` does), so the record holds that cost too.
+    dispatcher into the kernel that serves `torch.ops.autosched.<workload>.graph` on the
+    CPU, which allocates the outputs with torch, so the record holds that cost too: the
+    C++ kernel of `graph_call.py` where it is built, bound to this candidate, else a
+    Python implementation. `inputs` and `outputs` are (shape, torch dtype) pairs.
     Returns the callable taking the input tensors."""
     import torch
 
+    from ..graph_call import bind, register
+
+    arity = f"kernel_{len(inputs)}_{len(outputs)}"
+    if arity not in _NATIVE:
+        library = torch.library.Library("autosched_measure", "FRAGMENT")
+        tensors = ", ".join(f"Tensor a{i}" for i in range(len(inputs)))
+        library.define(f"{arity}({tensors}) -> "
+                       f"({', '.join(['Tensor'] * len(outputs))})")
+        _NATIVE[arity] = library if register("autosched_measure", arity, arity) else None
+    if _NATIVE[arity] is not None:
+        def name(dtype):
+            return str(dtype).removeprefix("torch.")
+
+        bind(arity, [([(s, name(d)) for s, d in inputs], [(s, name(d)) for s, d in outputs],
+                      func)])
+        return getattr(torch.ops.autosched_measure, arity).default
     if not _OPS:
         library = torch.library.Library("autosched_measure", "FRAGMENT")
         library.define("call(Tensor[] inputs) -> Tensor[]")
@@ -172,7 +191,7 @@ def measure_beside(request: dict, reference: tuple, check_outputs) -> dict:
             # unwritten shows (torch.empty may hand back an earlier call's right answer)
             outs = [torch_tensor(poison(s), s.dtype) for s in specs[1]]
             func(*args, *outs)
-            kernel = kernel_call(func, outputs)
+            kernel = kernel_call(func, [(tuple(t.shape), t.dtype) for t in args], outputs)
             for _ in range(max(1, request["warmup"])):
                 peer(*args)
                 kernel(*args)

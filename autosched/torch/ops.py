@@ -15,7 +15,7 @@ has already differentiated (the `torch.compile` backend puts it there). A custom
 Python autograd layer runs on every call, gradients wanted or not, and inside a model,
 right after torch's operators have pushed it out of the caches, it costs tens of
 microseconds a call: more than some kernels take. On the CPU the overload's kernel is
-C++ (graph_call.py), so a compiled model's call does not enter Python at all.
+C++ (`autosched/graph_call.py`), so a compiled model's call does not enter Python.
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import torch
 
 from .dispatch import OpKernels
-from .graph_call import bind as bind_graph_call
 from .errors import LibraryError, MissingBackwardError
 from .manifest import GRAD_PREFIX, GradSpec
 
@@ -150,9 +149,10 @@ def _define(workload: str, schema: str) -> _Slot:
 
 def _define_graph_overload(slot: _Slot) -> None:
     """`<workload>.graph`: the slot's kernels on every device (on the CPU through the
-    C++ kernel of graph_call.py where it is built), its fake implementation, and no
-    autograd kernel (see the module doc)."""
-    from .graph_call import register
+    C++ kernel of `autosched/graph_call.py` where it is built, falling back to the
+    default overload), its fake implementation, and no autograd kernel (see the module
+    doc)."""
+    from ..graph_call import register
 
     if not _GRAPH_LIBRARY:
         _GRAPH_LIBRARY.append(torch.library.Library(NAMESPACE, "FRAGMENT"))
@@ -160,7 +160,7 @@ def _define_graph_overload(slot: _Slot) -> None:
     name = f"{slot.workload}.{GRAPH_OVERLOAD}"
     library.define(name + slot.schema)
     library.impl(name, slot.impl, "CUDA")
-    if not register(slot.workload):
+    if not register(NAMESPACE, name, slot.workload, f"{NAMESPACE}::{slot.workload}"):
         library.impl(name, slot.impl, "CPU")
     torch.library.register_fake(f"{NAMESPACE}::{name}", slot.fake, lib=library)
 
@@ -183,8 +183,20 @@ def bind(kernels: OpKernels, plan: BackwardPlan):
         schema = op_schema(kernels.input_names, len(kernels.output_names))
         slot = _SLOTS[kernels.workload] = _define(kernels.workload, schema)
     slot.kernels, slot.plan = kernels, plan
-    bind_graph_call(kernels.workload, kernels.variants.values(), kernels.device_type)
+    _bind_graph_call(kernels)
     return getattr(getattr(torch.ops, NAMESPACE), kernels.workload)
+
+
+def _bind_graph_call(kernels: OpKernels) -> None:
+    """The `.graph` overload's C++ CPU kernel runs `kernels` (graph_call.py); a CUDA
+    library's calls all go to the Python path."""
+    from ..graph_call import bind
+
+    cpu = kernels.device_type == "cpu"
+    bind(kernels.workload, [
+        ([(s.shape, s.dtype) for s in v.entry.inputs],
+         [(s.shape, s.dtype) for s in v.entry.outputs], v.function)
+        for v in kernels.variants.values()] if cpu else [])
 
 
 def graph_op(workload: str):

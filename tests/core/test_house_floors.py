@@ -19,7 +19,7 @@ FLOORS = (
     ("errors", "lazy", "tables", "versions", "results", "canonical", "threads", "gpu_info",
      "task"),
     ("time_limit", "tvm_runtime", "native"),
-    ("user_file", "target", "kernel_pool"),
+    ("user_file", "target", "kernel_pool", "graph_call"),
     ("validation",),
     ("workload",),
     # the kernel side: store and search, then measurement, then what a tuning run is made of

@@ -28,6 +28,8 @@ for r in json.loads(sys.argv[1]):
     reply["launches"] = kernel_pool.launches() - before_launches
     reply["peer_calls"] = beside_peers.CALLS["peer"] - before_calls
     reply["threads_after"] = torch.get_num_threads()
+    ops = torch._C._dispatch_dump("autosched_measure::kernel_2_1").splitlines()
+    reply["timing_op"] = next((l for l in ops if l.startswith("CPU:")), "")
     replies.append(reply)
 print(json.dumps(replies))
 """
@@ -78,6 +80,8 @@ def test_calls_alternate_with_torchs_operator_on_the_openmp_pool(built, matmul_t
     assert reply["peer_calls"] >= 1 + 2 + 4
     assert reply["launches"] == reply["peer_calls"]
     assert reply["threads_after"] == 1  # torch's own setting is given back
+    # called through the C++ kernel a compiled model's calls go through (graph_call.py)
+    assert "graph_call.cpp" in reply["timing_op"]
 
 
 def test_on_tvms_pool_no_loop_goes_through_the_launcher(built, matmul_task, child_env):

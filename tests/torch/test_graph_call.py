@@ -1,4 +1,4 @@
-"""The `.graph` overload's CPU kernel in C++ (autosched/torch/graph_call.py): it is what
+"""The `.graph` overload's CPU kernel in C++ (autosched/graph_call.py): it is what
 torch's dispatcher runs, it computes exactly what the Python path computes (also for
 inputs that are not contiguous or not aligned), a call it does not serve gets the Python
 path's answer (its error, or the torch reference with fallback), a library loaded later
@@ -30,7 +30,7 @@ def _cpu_kernel(workload: str) -> str:
 
 
 def test_the_cpu_kernel_is_cpp_and_equals_the_python_path(nn_ops):
-    from autosched.torch import graph_call
+    from autosched import graph_call
     from autosched.torch.ops import bound_kernels
 
     assert graph_call.native() is not None
@@ -91,7 +91,7 @@ def test_a_library_loaded_later_replaces_the_kernels_it_runs(nn_ops, tmp_path):
 def test_python_serves_the_calls_when_asked(nn_library):
     code = f"""
 import torch, autosched.torch
-from autosched.torch import graph_call
+from autosched import graph_call
 lib = autosched.torch.load_library({str(nn_library)!r})
 assert graph_call.native() is None
 dump = torch._C._dispatch_dump("autosched::gelu.graph")
@@ -110,7 +110,7 @@ print(torch.equal(lib.graph_op("gelu")(x), lib["gelu"](x)))
 
 def test_a_bad_setting_is_one_line():
     from autosched.errors import UserError
-    from autosched.torch.graph_call import requested_call
+    from autosched.graph_call import requested_call
 
     assert requested_call({}) == "native"
     assert requested_call({"AUTOSCHED_GRAPH_CALL": " Python "}) == "python"

@@ -1,16 +1,21 @@
-"""The CPU kernel of `torch.ops.autosched.<workload>.graph` in C++ (`graph_call.cpp`).
+"""A C++ CPU kernel for the torch ops that run autosched's kernels (`graph_call.cpp`).
 
-A compiled model calls each kernel through the `.graph` overload (ops.py). Served by
-Python, a call crosses from torch's dispatcher into the interpreter and back, selects the
-kernel, allocates its outputs and converts every tensor: inside a training step, right
-after inductor's own kernels, that costs tens of microseconds a call, as much as a
-kernel wins against torch's operator (on the ResNet example's step, the thirteen
-kernels' Python calls cost about what their kernels saved). The C++ kernel does the same
-work without the interpreter: the shapes and dtypes select the kernel, inputs are made
-contiguous and 64-byte aligned, the outputs allocated, and the TVM function called
-through the TVM-FFI C API. A call it does not serve (no kernel of those shapes, a CUDA
-tensor) goes to the op's default overload, whose Python implementation runs the torch
-reference or raises as before; CUDA kernels keep the Python path.
+A compiled model calls each kernel through the `.graph` overload of its torch op
+(`torch/ops.py`). Served by Python, a call crosses from torch's dispatcher into the
+interpreter and back, selects the kernel, allocates its outputs and converts every
+tensor: inside a training step, right after inductor's own kernels, that costs tens of
+microseconds a call, as much as a kernel wins against torch's operator (on the ResNet
+example's training step the kernels' Python calls cost about what the kernels saved).
+The C++ kernel does the same work without the interpreter: the shapes and dtypes select
+one of the kernels bound to the op, inputs are made contiguous and 64-byte aligned, the
+outputs allocated, and the TVM function called through the TVM-FFI C API. A call it
+does not serve (no kernel of those shapes, a tensor on another device) goes to the op's
+fallback, whose Python implementation runs the torch reference or raises as before.
+
+Two doors use it: the `.graph` overloads of `autosched.torch` (CUDA kernels keep the
+Python path), and the run worker that times a model's candidates as the model calls
+them (`measure/beside_torch.py`), so that a record holds the cost of the call the model
+really makes.
 
 `AUTOSCHED_GRAPH_CALL` chooses:
 
@@ -18,9 +23,9 @@ reference or raises as before; CUDA kernels keep the Python path.
             and TVM-FFI with the machine's C++ compiler (`native.built_library`);
             where it cannot be built or loaded, Python serves the calls and a warning
             says why, once
-    python  the Python implementation
+    python  the Python implementations
 
-The choice is made once per process, when the first op is defined.
+The choice is made once per process.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ import os
 from functools import lru_cache
 from importlib import resources
 
-from ..errors import InfrastructureError, UserError
+from .errors import InfrastructureError, UserError
 
 log = logging.getLogger("autosched")
 
@@ -75,9 +80,9 @@ def native() -> ctypes.CDLL | None:
     says why)."""
     if requested_call() == PYTHON:
         return None
-    from ..native import built_library
+    from .native import built_library
 
-    source = resources.files("autosched.torch").joinpath("graph_call.cpp").read_text()
+    source = resources.files("autosched").joinpath("graph_call.cpp").read_text()
     try:
         flags, libs = _build_inputs()
         path = built_library("graph-call", "libautosched_graph_call.so", source, flags,
@@ -87,7 +92,7 @@ def native() -> ctypes.CDLL | None:
         log.warning("autosched: CPU kernels in compiled models are called through Python "
                     "(slower by microseconds a call): %s", e)
         return None
-    functions.autosched_graph_register.argtypes = [ctypes.c_char_p]
+    functions.autosched_graph_register.argtypes = [ctypes.c_char_p] * 4
     functions.autosched_graph_bind.argtypes = [
         ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64),
         ctypes.POINTER(ctypes.c_void_p)]
@@ -95,36 +100,39 @@ def native() -> ctypes.CDLL | None:
     return functions
 
 
-def register(workload: str) -> bool:
-    """Make the C++ kernel the CPU kernel of `autosched::<workload>.graph` (just
-    defined, with no CPU kernel yet); False where Python must serve it."""
+def register(namespace: str, name: str, workload: str, fallback: str = "") -> bool:
+    """Make the C++ kernel the CPU kernel of the op `namespace::name` (defined, with no
+    CPU kernel yet): it runs the kernels bound to `workload` (`bind`), and calls it does
+    not serve go to the op `fallback` ("ns::op"; none: an error). False where Python
+    must serve the op."""
     functions = native()
     if functions is None:
         return False
-    if functions.autosched_graph_register(workload.encode()) != 0:
+    if functions.autosched_graph_register(namespace.encode(), name.encode(),
+                                          workload.encode(), fallback.encode()) != 0:
         why = functions.autosched_graph_error().decode(errors="replace").strip()
-        log.warning("autosched: %s.graph is called through Python: %s", workload,
+        log.warning("autosched: %s::%s is called through Python: %s", namespace, name,
                     why.splitlines()[0] if why else "registration failed")
         return False
     return True
 
 
-def bind(workload: str, variants, device_type: str) -> None:
-    """Make the C++ kernel of `workload` run `variants` (dispatch.Variant, the kernels a
-    library just bound; none for a CUDA library, whose calls Python serves)."""
+def bind(workload: str, kernels) -> None:
+    """Make the C++ kernel of `workload` run `kernels`, [(input specs, output specs, TVM
+    function)] with specs as (shape, dtype name) pairs, replacing those bound before
+    (none: every call goes to the fallback)."""
     functions = native()
     if functions is None:
         return
-    chosen = list(variants) if device_type == "cpu" else []
+    kernels = list(kernels)
     specs: list[int] = []
-    for v in chosen:
-        for tensors in (v.entry.inputs, v.entry.outputs):
+    for inputs, outputs, _ in kernels:
+        for tensors in (inputs, outputs):
             specs.append(len(tensors))
-            for t in tensors:
-                code, bits, lanes = _dl_dtype(t.dtype)
-                specs += [len(t.shape), *t.shape, code, bits, lanes]
-    handles = [ctypes.c_void_p(v.function.__chandle__()) for v in chosen]
-    functions.autosched_graph_bind(workload.encode(), len(chosen),
+            for shape, dtype in tensors:
+                specs += [len(shape), *shape, *_dl_dtype(dtype)]
+    handles = [ctypes.c_void_p(function.__chandle__()) for _, _, function in kernels]
+    functions.autosched_graph_bind(workload.encode(), len(kernels),
                                    (ctypes.c_int64 * max(1, len(specs)))(*specs),
                                    (ctypes.c_void_p * max(1, len(handles)))(*handles))
 

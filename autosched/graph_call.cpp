@@ -1,16 +1,16 @@
-// The CPU kernel of `torch.ops.autosched.<workload>.graph` in C++ (see graph_call.py).
+// A C++ CPU kernel for torch ops that run autosched's TVM kernels (see graph_call.py).
 //
 // A compiled model calls each autosched kernel through its `.graph` overload. Served by
 // Python, every call crosses from torch's dispatcher into the interpreter, runs the
 // kernel selection in Python and comes back: inside a training step, with the caches
 // full of the model's own work, that costs tens of microseconds a call, as much as the
 // kernels win against torch's operators. This kernel does the same work in C++: find
-// the kernel whose input shapes and dtypes match, make each input contiguous and
+// the bound kernel whose input shapes and dtypes match, make each input contiguous and
 // 64-byte aligned (TVM kernels assume both), allocate the outputs, and call the TVM
 // function through the TVM-FFI C API with DLTensor views of the tensors (zero-copy).
-// Any call it does not serve (no matching kernel, another device) goes to the op's
-// default overload, whose Python implementation selects, falls back to the torch
-// reference or raises exactly as before.
+// A call it does not serve (no matching kernel, another device) goes to the op's
+// fallback overload, whose Python implementation selects, runs the torch reference or
+// raises exactly as before; without a fallback it is an error.
 #include <ATen/ATen.h>
 #include <ATen/core/stack.h>
 #include <torch/library.h>
@@ -152,7 +152,8 @@ std::vector<at::Tensor> run(const std::string& workload, const Kernel& k,
 
 class GraphKernel final : public c10::OperatorKernel {
  public:
-  explicit GraphKernel(std::string workload) : workload_(std::move(workload)) {}
+  GraphKernel(std::string workload, std::string fallback)
+      : workload_(std::move(workload)), fallback_(std::move(fallback)) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
     const size_t n_in = op.schema().arguments().size();
@@ -167,7 +168,9 @@ class GraphKernel final : public c10::OperatorKernel {
     for (const c10::IValue& v : torch::jit::last(*stack, n_in)) inputs.push_back(v.toTensor());
     const Kernel* k = kernels ? match(*kernels, inputs) : nullptr;
     if (k == nullptr) {  // the Python implementation decides: reference, or its error
-      default_overload().callBoxed(stack);
+      TORCH_CHECK(!fallback_.empty(), "autosched: no kernel bound to ", workload_,
+                  " takes these inputs");
+      fallback().callBoxed(stack);
       return;
     }
     torch::jit::drop(*stack, n_in);
@@ -176,32 +179,31 @@ class GraphKernel final : public c10::OperatorKernel {
   }
 
  private:
-  const c10::OperatorHandle& default_overload() {
-    if (!default_)
-      default_ = c10::Dispatcher::singleton().findSchemaOrThrow(
-          ("autosched::" + workload_).c_str(), "");
-    return *default_;
+  const c10::OperatorHandle& fallback() {
+    if (!fallback_op_)
+      fallback_op_ = c10::Dispatcher::singleton().findSchemaOrThrow(fallback_.c_str(), "");
+    return *fallback_op_;
   }
 
-  std::string workload_;
-  std::optional<c10::OperatorHandle> default_;
+  std::string workload_, fallback_;
+  std::optional<c10::OperatorHandle> fallback_op_;
 };
 
 }  // namespace
 
 extern "C" {
 
-// The C++ CPU kernel for `autosched::<workload>.graph` (defined already, with no CPU
-// kernel). 0 on success; else see autosched_graph_error.
-int autosched_graph_register(const char* workload) {
+// Make the C++ kernel the CPU kernel of `namespace_::name` (defined already, with no CPU
+// kernel): it runs the kernels bound to `workload`, and a call they do not serve goes to
+// the op `fallback` ("" for none). 0 on success; else see autosched_graph_error.
+int autosched_graph_register(const char* namespace_, const char* name, const char* workload,
+                             const char* fallback) {
   try {
     auto library = std::make_unique<torch::Library>(
-        torch::Library::IMPL, "autosched", c10::DispatchKey::CPU, "autosched/torch/graph_call.cpp",
+        torch::Library::IMPL, namespace_, c10::DispatchKey::CPU, "autosched/graph_call.cpp",
         __LINE__);
-    const std::string name = std::string(workload) + ".graph";
-    library->impl(name.c_str(),
-                  torch::CppFunction::makeFromBoxedFunctor(
-                      std::make_unique<GraphKernel>(workload)));
+    library->impl(name, torch::CppFunction::makeFromBoxedFunctor(
+                            std::make_unique<GraphKernel>(workload, fallback)));
     std::lock_guard<std::mutex> guard(lock);
     registrations.push_back(std::move(library));
     return 0;
