@@ -27,7 +27,8 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     alternating on the same inputs; it stays in the library only if it beats torch
     there too. The kernels of all outputs of one aten call (a convolution's or a layer
     norm's input, weight and bias gradients) are timed beside torch's one call computing
-    them, and stay only together, where their calls sum to less (joint_calls.py).
+    them wherever each has a kernel, whatever the records say (`_calls_timed`), and
+    stay only together, where their calls sum to less (joint_calls.py).
     (Torch's baseline and the kernel's record were timed at different moments; on a
     machine whose speed drifts only the side-by-side pair is fair.)
     `side_by_side=False` compares the call with torch's baseline record instead.
@@ -71,6 +72,8 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
         timed = {c.task_key for c in choices if c.chosen == "autosched"}
         if time_all and not no_gpu:
             timed |= _also_timed(tasks, choices, timed)
+        elif side_by_side and not no_gpu:
+            timed |= _calls_timed(model_ops, tasks, choices, timed)
         records = {c.task_key: db.best(t.key, target.key, target.hardware_key, versions)
                    for t, c in zip(tasks, choices) if c.task_key in timed}
     if records and no_gpu:  # nothing can be called here: the records decide
@@ -111,6 +114,31 @@ def _also_timed(tasks, choices, timed: set) -> set:
         taken.add(key)
         added.add(c.task_key)
     return added
+
+
+def _calls_timed(model_ops, tasks, choices, timed: set) -> set:
+    """The tasks of every aten call of several outputs (joint_calls.py) whose outputs all
+    have a kernel, timed beside torch's one call whatever the records say: the kernels'
+    records and the call's baseline were timed at different moments (and the kernels
+    one by one, beside torch's single-output twins), so only the side-by-side pair
+    decides fairly. A call is left out where one of its tasks would share a torch op's
+    dispatch key with a task already timed (`_also_timed`)."""
+    from .choice import dispatch_key
+    from .joint_calls import sibling_groups
+
+    taken = {dispatch_key(t): t.key for t, c in zip(tasks, choices) if c.task_key in timed}
+    added = set()
+    for group in sibling_groups(model_ops):
+        if any(choices[i].kernel_s is None or choices[i].torch_s is None for i in group):
+            continue
+        keys = [dispatch_key(tasks[i]) for i in group]
+        if any(taken.get(k, tasks[i].key) != tasks[i].key for k, i in zip(keys, group)) \
+                or len(set(keys)) < len(keys):
+            continue
+        for k, i in zip(keys, group):
+            taken[k] = tasks[i].key
+            added.add(tasks[i].key)
+    return added - timed
 
 
 def _cuda_notes(target) -> tuple[dict, str | None]:

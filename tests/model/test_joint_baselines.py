@@ -127,3 +127,44 @@ def test_a_bundle_round_carries_each_call_and_its_result_comes_back(resnet, db, 
             (9e-4 if n == 0 else 1e-4 * (n + 1))
         assert lookup(db, first, there, versions, 0) is None  # no single baseline came
     assert len(missing_jobs(db, model_ops, tasks, there, versions)) == len(tasks)
+
+
+def test_export_times_every_call_whose_outputs_all_have_kernels(resnet):
+    """Whatever the records say, a call's kernels are timed beside torch's one call
+    where each output has a kernel; not where one lacks it, nor where one would share
+    a torch op's dispatch key with a task already timed."""
+    from autosched.model.choice import OpChoice, dispatch_key
+    from autosched.model.export import _calls_timed
+
+    model_ops, tasks, groups = resnet
+
+    def choice(i, kernel=True):   # torch "faster" on every record, alone and joint
+        op = model_ops.ops[i]
+        return OpChoice(op.workload, dict(op.params), op.count, dict(op.ops), tasks[i].key,
+                        1e-9, 1e-3 if kernel else None, 1, 2, joint_kernel_s=1.0,
+                        joint_torch_s=1e-9)
+
+    choices = [choice(i) for i in range(len(tasks))]
+    assert all(c.chosen == "torch" for c in choices)
+    members = {tasks[i].key for g in groups for i in g}
+    assert _calls_timed(model_ops, tasks, choices, set()) == members
+    lacking = groups[0][0]
+    choices[lacking] = choice(lacking, kernel=False)
+    assert _calls_timed(model_ops, tasks, choices, set()) == \
+        members - {tasks[i].key for i in groups[0]}
+    # a task of another model's call already timed under the dispatch key of one of its
+    # tasks: a 1x1 weight gradient reads the same tensors as the 3x3 one (stride 1)
+    from autosched.model.workloads import WORKLOADS
+    from autosched.workload import make_task
+
+    choices[lacking] = choice(lacking)
+    g, i = next((g, i) for g in groups for i in g
+                if model_ops.ops[i].workload.endswith("grad_weight")
+                and model_ops.ops[i].params["R"] == 3)
+    op = model_ops.ops[i]
+    params = dict(op.params, R=1, S=1, pad=0)
+    other = make_task(WORKLOADS[op.workload].definition(), params)
+    assert other.key != tasks[i].key and dispatch_key(other) == dispatch_key(tasks[i])
+    extra = OpChoice(op.workload, params, 1, dict(op.ops), other.key, 1.0, 1e-9, 1, 2)
+    assert _calls_timed(model_ops, tasks + [other], choices + [extra], {other.key}) == \
+        members - {tasks[j].key for j in g}
