@@ -27,7 +27,7 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
     alternating on the same inputs; it stays in the library only if it beats torch
     there too. The kernels of all outputs of one aten call (a convolution's or a layer
     norm's input, weight and bias gradients) are timed beside torch's one call computing
-    them wherever each has a kernel, whatever the records say (`_calls_timed`), and
+    them wherever each has a kernel, whatever the records say (`calls_to_time`), and
     stay only together, where their calls sum to less (joint_calls.py).
     (Torch's baseline and the kernel's record were timed at different moments; on a
     machine whose speed drifts only the side-by-side pair is fair.)
@@ -73,7 +73,7 @@ def export_model(path: str, target_text: str, out_dir: str, db_url: str | None =
         if time_all and not no_gpu:
             timed |= _also_timed(tasks, choices, timed)
         elif side_by_side and not no_gpu:
-            timed |= _calls_timed(model_ops, tasks, choices, timed)
+            timed |= calls_to_time(model_ops, tasks, choices, timed)
         records = {c.task_key: db.best(t.key, target.key, target.hardware_key, versions)
                    for t, c in zip(tasks, choices) if c.task_key in timed}
     if records and no_gpu:  # nothing can be called here: the records decide
@@ -116,7 +116,7 @@ def _also_timed(tasks, choices, timed: set) -> set:
     return added
 
 
-def _calls_timed(model_ops, tasks, choices, timed: set) -> set:
+def calls_to_time(model_ops, tasks, choices, timed: set) -> set:
     """The tasks of every aten call of several outputs (joint_calls.py) whose outputs all
     have a kernel, timed beside torch's one call whatever the records say: the kernels'
     records and the call's baseline were timed at different moments (and the kernels

@@ -10,6 +10,14 @@ such pointer was left empty: calling through one would crash the process. The po
 to the parallel launcher is then pointed at the pool `AUTOSCHED_KERNEL_POOL` chooses
 (`autosched.kernel_pool`: by default the process's OpenMP pool, torch's own threads).
 
+A process may load a library folder again after it was written again (export writes a
+model's library, times it, then writes the winners only): the dynamic loader hands back
+the object it already holds under that path as long as anything still references it (a
+bound op does), so the new kernels would not be loaded, or worse, an old kernel would
+answer to a new symbol of the same name. So the object loaded is a copy named by the
+digest of its bytes (`_loaded_copy`): a library written again is a new name, the same
+bytes the same one.
+
 A CUDA library carries its kernels as device code (a fatbin or cubin for one GPU
 architecture, made at export), so loading it needs TVM's runtime libraries
 (libtvm_runtime, libtvm_runtime_cuda, which needs the driver's libcuda.so.1 and
@@ -47,9 +55,32 @@ def _load_tvm_runtime() -> None:
         pass
 
 
-def _check_context_symbols(path: Path) -> None:
-    """Refuse a library whose runtime entry points were left empty."""
-    lib = ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)  # the loaded copy
+def _loaded_copy(path: Path) -> Path:
+    """The copy of the library at `path` this process loads: in a per-user folder under
+    the temporary directory, named by the digest of its bytes (see the module doc),
+    written under a temporary name and renamed into place."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    data = path.read_bytes()
+    folder = Path(tempfile.gettempdir()) / f"autosched-loaded-{os.getuid()}"
+    copy = folder / f"{hashlib.sha256(data).hexdigest()[:24]}{path.suffix}"
+    if not copy.is_file():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            staging = folder / f".{copy.name}.{os.getpid()}"
+            shutil.copyfile(path, staging)
+            os.replace(staging, copy)
+        except OSError as e:
+            raise LibraryError(f"{path}: cannot copy it to {folder} to load it: {e}") from None
+    return copy
+
+
+def _check_context_symbols(loaded: Path, path: Path) -> None:
+    """Refuse a library (`path`, loaded from its copy `loaded`) whose runtime entry
+    points were left empty."""
+    lib = ctypes.CDLL(str(loaded), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)  # the loaded copy
     empty = []
     for name in _CONTEXT_SYMBOLS:
         try:
@@ -94,14 +125,15 @@ def load_kernels(manifest: Manifest):
     if manifest.device_type == "cuda":
         check_device_code(manifest)
         load_cuda_runtime()
+    loaded = _loaded_copy(path)
     try:
-        module = tvm_ffi.load_module(str(path))
+        module = tvm_ffi.load_module(str(loaded))
     except Exception as e:  # a broken file, another architecture, a missing loader
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise LibraryError(f"{path}: cannot be loaded: {first}") from None
-    _check_context_symbols(path)
+    _check_context_symbols(loaded, path)
     if manifest.device_type == "cpu":
-        route_parallel_loops(str(path))
+        route_parallel_loops(str(loaded))
     missing = [k.symbol for k in manifest.kernels
                if not module.implements_function(k.symbol, query_imports=True)]
     if missing:

@@ -134,7 +134,7 @@ def test_export_times_every_call_whose_outputs_all_have_kernels(resnet):
     where each output has a kernel; not where one lacks it, nor where one would share
     a torch op's dispatch key with a task already timed."""
     from autosched.model.choice import OpChoice, dispatch_key
-    from autosched.model.export import _calls_timed
+    from autosched.model.export import calls_to_time
 
     model_ops, tasks, groups = resnet
 
@@ -147,10 +147,10 @@ def test_export_times_every_call_whose_outputs_all_have_kernels(resnet):
     choices = [choice(i) for i in range(len(tasks))]
     assert all(c.chosen == "torch" for c in choices)
     members = {tasks[i].key for g in groups for i in g}
-    assert _calls_timed(model_ops, tasks, choices, set()) == members
+    assert calls_to_time(model_ops, tasks, choices, set()) == members
     lacking = groups[0][0]
     choices[lacking] = choice(lacking, kernel=False)
-    assert _calls_timed(model_ops, tasks, choices, set()) == \
+    assert calls_to_time(model_ops, tasks, choices, set()) == \
         members - {tasks[i].key for i in groups[0]}
     # a task of another model's call already timed under the dispatch key of one of its
     # tasks: a 1x1 weight gradient reads the same tensors as the 3x3 one (stride 1)
@@ -166,5 +166,5 @@ def test_export_times_every_call_whose_outputs_all_have_kernels(resnet):
     other = make_task(WORKLOADS[op.workload].definition(), params)
     assert other.key != tasks[i].key and dispatch_key(other) == dispatch_key(tasks[i])
     extra = OpChoice(op.workload, params, 1, dict(op.ops), other.key, 1.0, 1e-9, 1, 2)
-    assert _calls_timed(model_ops, tasks + [other], choices + [extra], {other.key}) == \
+    assert calls_to_time(model_ops, tasks + [other], choices + [extra], {other.key}) == \
         members - {tasks[j].key for j in g}

@@ -116,3 +116,30 @@ def test_a_bad_setting_is_one_line():
     assert requested_call({"AUTOSCHED_GRAPH_CALL": " Python "}) == "python"
     with pytest.raises(UserError, match="AUTOSCHED_GRAPH_CALL='cxx': expected native or"):
         requested_call({"AUTOSCHED_GRAPH_CALL": "cxx"})
+
+
+def test_a_library_written_again_in_its_folder_loads_its_new_kernels(tmp_path):
+    """Export writes a library, loads it, then writes the winners only into the same
+    folder and loads that: while the first one's kernels are still bound, the loader
+    must not hand back the first object (whose symbols name other variants)."""
+    import os
+    import shutil
+
+    import autosched.torch
+    from autosched.torch.ops import bound_kernels
+    from support.torch_library import build_library
+
+    folder = build_library(tmp_path / "lib", {"gelu": [{"M": 4, "N": 5}, {"M": 8, "N": 16}],
+                                              "softmax": [{"M": 4, "N": 5}]})
+    first = autosched.torch.load_library(folder)
+    assert {e.symbol for e in first.manifest.kernels if e.workload == "gelu"} != {"gelu"}
+    again = build_library(tmp_path / "again", {"gelu": [{"M": 4, "N": 5}]})
+    for name in ("kernels.so", "manifest.json"):   # replaced as export replaces them
+        shutil.copyfile(again / name, tmp_path / f"{name}.new")
+        os.replace(tmp_path / f"{name}.new", folder / name)
+    second = autosched.torch.load_library(folder)   # softmax of the first stays bound
+    assert [e.symbol for e in second.manifest.kernels] == ["gelu"]
+    x = torch.randn(4, 5)
+    assert torch.equal(second.graph_op("gelu")(x), bound_kernels("gelu").run([x])[0])
+    assert torch.allclose(second["gelu"](x), torch.nn.functional.gelu(x, approximate="tanh"),
+                          atol=1e-5)
