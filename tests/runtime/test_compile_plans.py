@@ -117,7 +117,10 @@ def test_plan_costed_compiled_stays_within_budget_under_compile(tiny_gpt, grads,
         for name in ("keep", "recompute"):
             assert (a.options[name].internal_bytes, a.options[name].shared) == \
                 (b.options[name].internal_bytes, b.options[name].shared)
-        assert all(c.fwd_s > 0 and c.bwd_s > 0 for c in b.options.values())
+        assert b.options["keep"].fwd_s > 0 and b.options["keep"].bwd_s > 0
+        # another action's time is keep's plus its measured step difference, which a
+        # busy machine's noise can take to zero, never below (context_costs._with_time)
+        assert all(c.fwd_s >= 0 and c.bwd_s >= 0 for c in b.options.values())
     # profiling compiled dozens of variants and forgot them: 8 more compiles of the model
     # (dynamo's recompile_limit) each still reach their backend, none runs eager
     traced = []
