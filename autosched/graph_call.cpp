@@ -29,6 +29,7 @@ namespace {
 struct TensorSpec {
   std::vector<int64_t> shape;
   DLDataType dtype;
+  at::ScalarType type;  // torch's name of `dtype`, resolved once when bound
 };
 
 struct Kernel {
@@ -119,9 +120,7 @@ std::vector<at::Tensor> run(const std::string& workload, const Kernel& k,
       t = t.clone(at::MemoryFormat::Contiguous);
   }
   for (const TensorSpec& spec : k.outputs) {
-    at::ScalarType type = at::kFloat;
-    scalar_type(spec.dtype, &type);
-    outputs.push_back(at::empty(spec.shape, at::TensorOptions().dtype(type)));
+    outputs.push_back(at::empty(spec.shape, at::TensorOptions().dtype(spec.type)));
   }
   const size_t n = inputs.size() + outputs.size();
   std::vector<DLTensor> views(n);
@@ -229,6 +228,8 @@ int autosched_graph_bind(const char* workload, int64_t count, const int64_t* spe
       s.dtype.code = static_cast<uint8_t>(*specs++);
       s.dtype.bits = static_cast<uint8_t>(*specs++);
       s.dtype.lanes = static_cast<uint16_t>(*specs++);
+      s.type = at::kFloat;
+      scalar_type(s.dtype, &s.type);
       out->push_back(std::move(s));
     }
   };

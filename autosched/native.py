@@ -3,7 +3,7 @@
 Three pieces of autosched are a few lines of C or C++ that no wheel ships for every
 machine: the OpenMP launcher of the CPU kernels' parallel loops (`kernel_pool.py`), the
 placeholder CUDA driver of a GPU-less build host (`measure/cuda/compiler.py`), and the
-C++ call path of CPU kernels in a compiled model (`torch/graph_call.py`, built against
+C++ call path of CPU kernels in a compiled model (`graph_call.py`, built against
 the installed torch and TVM-FFI). Each is compiled once
 into the user's cache (`$XDG_CACHE_HOME/autosched`, else `~/.cache/autosched`; a temporary
 folder when that is not writable), in a folder named by a digest of the source and the

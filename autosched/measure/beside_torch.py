@@ -112,7 +112,7 @@ def kernel_call(func, inputs, outputs):
     dispatcher into the kernel that serves `torch.ops.autosched.<workload>.graph` on the
     CPU, which allocates the outputs with torch, so the record holds that cost too: the
     C++ kernel of `graph_call.py` where it is built, bound to this candidate, else a
-    Python implementation. `inputs` and `outputs` are (shape, torch dtype) pairs.
+    Python implementation. `inputs` and `outputs` are (shape, dtype name) pairs.
     Returns the callable taking the input tensors."""
     import torch
 
@@ -126,18 +126,14 @@ def kernel_call(func, inputs, outputs):
                        f"({', '.join(['Tensor'] * len(outputs))})")
         _NATIVE[arity] = library if register("autosched_measure", arity, arity) else None
     if _NATIVE[arity] is not None:
-        def name(dtype):
-            return str(dtype).removeprefix("torch.")
-
-        bind(arity, [([(s, name(d)) for s, d in inputs], [(s, name(d)) for s, d in outputs],
-                      func)])
+        bind(arity, [(inputs, outputs, func)])
         return getattr(torch.ops.autosched_measure, arity).default
     if not _OPS:
         library = torch.library.Library("autosched_measure", "FRAGMENT")
         library.define("call(Tensor[] inputs) -> Tensor[]")
         library.impl("call", _run_current, "CPU")
         _OPS.append(library)
-    _CURRENT[0] = (func, outputs)
+    _CURRENT[0] = (func, [(shape, getattr(torch, dtype)) for shape, dtype in outputs])
     op = torch.ops.autosched_measure.call.default
     return lambda *inputs: op(list(inputs))
 
@@ -182,7 +178,6 @@ def measure_beside(request: dict, reference: tuple, check_outputs) -> dict:
     try:
         with torch.no_grad():
             args = [torch_tensor(a, s.dtype) for a, s in zip(inputs, specs[0])]
-            outputs = [(tuple(s.shape), getattr(torch, s.dtype)) for s in specs[1]]
             peer = _working_peer(spec, args)
             lib = tvm_ffi.load_module(request["lib"])
             route_parallel_loops(request["lib"])
@@ -191,7 +186,8 @@ def measure_beside(request: dict, reference: tuple, check_outputs) -> dict:
             # unwritten shows (torch.empty may hand back an earlier call's right answer)
             outs = [torch_tensor(poison(s), s.dtype) for s in specs[1]]
             func(*args, *outs)
-            kernel = kernel_call(func, [(tuple(t.shape), t.dtype) for t in args], outputs)
+            kernel = kernel_call(func, [(tuple(s.shape), s.dtype) for s in specs[0]],
+                                 [(tuple(s.shape), s.dtype) for s in specs[1]])
             for _ in range(max(1, request["warmup"])):
                 peer(*args)
                 kernel(*args)

@@ -60,7 +60,6 @@ def _loaded_copy(path: Path) -> Path:
     the temporary directory, named by the digest of its bytes (see the module doc),
     written under a temporary name and renamed into place."""
     import hashlib
-    import shutil
     import tempfile
 
     data = path.read_bytes()
@@ -70,7 +69,7 @@ def _loaded_copy(path: Path) -> Path:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             staging = folder / f".{copy.name}.{os.getpid()}"
-            shutil.copyfile(path, staging)
+            staging.write_bytes(data)
             os.replace(staging, copy)
         except OSError as e:
             raise LibraryError(f"{path}: cannot copy it to {folder} to load it: {e}") from None
